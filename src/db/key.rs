@@ -1,0 +1,260 @@
+//! Order-preserving byte keys.
+//!
+//! Every table and secondary index of the engine maps a [`Key`] to a row. A key is a
+//! sequence of typed components (strings and integers) encoded so that comparing the
+//! encoded bytes gives the same order as comparing the components one by one. That lets
+//! one generic map type serve every table, lets compound keys (`namespace`, `id`) work
+//! with plain byte comparisons, and turns "all rows whose first component is X" into a
+//! byte-prefix scan.
+//!
+//! Encoding:
+//! - a string component is its UTF-8 bytes with every `0x00` escaped as `0x00 0xFF`,
+//!   followed by the terminator `0x00 0x01`. The terminator sorts before any escaped or
+//!   ordinary byte, so `"a" < "a\0" < "ab"` holds for the encodings too, and no complete
+//!   component is a prefix of another;
+//! - a `u64` component is its 8 big-endian bytes.
+//!
+//! A *prefix* ([`KeyBuilder::str_prefix`]) is a string encoded without its terminator:
+//! every key whose component starts with that string begins with those bytes.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// An encoded, order-preserving key. Cheap to clone (one reference count).
+///
+/// ```
+/// use schedstate::db::Key;
+/// let a = Key::builder().str("default").str("vol-1").build();
+/// let b = Key::builder().str("default").str("vol-2").build();
+/// assert!(a < b);
+/// assert!(a.starts_with(&Key::str("default")));
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(Arc<[u8]>);
+
+impl Key {
+    /// A key of one string component.
+    pub fn str(s: &str) -> Key {
+        KeyBuilder::new().str(s).build()
+    }
+
+    /// A key of one integer component.
+    pub fn u64(n: u64) -> Key {
+        KeyBuilder::new().u64(n).build()
+    }
+
+    /// Starts a compound key.
+    pub fn builder() -> KeyBuilder {
+        KeyBuilder::new()
+    }
+
+    /// Wraps bytes that are already encoded (for example a key read back from a change
+    /// set or a file).
+    pub fn from_encoded(bytes: &[u8]) -> Key {
+        Key(Arc::from(bytes))
+    }
+
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Whether this key begins with the bytes of `prefix`.
+    pub fn starts_with(&self, prefix: &[u8]) -> bool {
+        self.0.starts_with(prefix)
+    }
+
+    /// Decodes the string components of a key made only of string components
+    /// (for messages and debugging). Returns `None` for any other shape.
+    pub fn decode_strs(&self) -> Option<Vec<String>> {
+        decode_strs(&self.0)
+    }
+}
+
+fn decode_strs(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    while !bytes.is_empty() {
+        let mut part = Vec::new();
+        loop {
+            match bytes {
+                [0, 1, rest @ ..] => {
+                    bytes = rest;
+                    break;
+                }
+                [0, 0xFF, rest @ ..] => {
+                    part.push(0);
+                    bytes = rest;
+                }
+                [0, ..] | [] => return None,
+                [b, rest @ ..] => {
+                    part.push(*b);
+                    bytes = rest;
+                }
+            }
+        }
+        parts.push(String::from_utf8(part).ok()?);
+    }
+    Some(parts)
+}
+
+impl Deref for Key {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.decode_strs() {
+            Some(parts) => write!(f, "Key({})", parts.join("/")),
+            None => write!(f, "Key({:02x?})", &self.0[..]),
+        }
+    }
+}
+
+/// Builds a compound [`Key`] (or a prefix of one) component by component.
+#[derive(Debug, Default, Clone)]
+pub struct KeyBuilder {
+    buf: Vec<u8>,
+}
+
+impl KeyBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        KeyBuilder {
+            buf: Vec::with_capacity(48),
+        }
+    }
+
+    /// Appends a complete string component.
+    pub fn str(mut self, s: &str) -> Self {
+        push_escaped(&mut self.buf, s.as_bytes());
+        self.buf.extend_from_slice(&[0, 1]);
+        self
+    }
+
+    /// Appends a string *prefix*: matches every string component starting with `s`.
+    /// Only meaningful as the last component of a prefix scan.
+    pub fn str_prefix(mut self, s: &str) -> Self {
+        push_escaped(&mut self.buf, s.as_bytes());
+        self
+    }
+
+    /// Appends an integer component.
+    pub fn u64(mut self, n: u64) -> Self {
+        self.buf.extend_from_slice(&n.to_be_bytes());
+        self
+    }
+
+    /// Appends an already encoded key (for example a primary key after a secondary
+    /// index value).
+    pub fn key(mut self, k: &[u8]) -> Self {
+        self.buf.extend_from_slice(k);
+        self
+    }
+
+    /// The encoded bytes so far, without allocating a [`Key`]; for lookups.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Finishes the key.
+    pub fn build(self) -> Key {
+        Key(Arc::from(self.buf))
+    }
+}
+
+fn push_escaped(buf: &mut Vec<u8>, bytes: &[u8]) {
+    if !bytes.contains(&0) {
+        buf.extend_from_slice(bytes);
+        return;
+    }
+    for &b in bytes {
+        if b == 0 {
+            buf.extend_from_slice(&[0, 0xFF]);
+        } else {
+            buf.push(b);
+        }
+    }
+}
+
+/// The smallest byte string greater than every string that starts with `prefix`, or
+/// `None` when there is none (empty prefix or all `0xFF`): the exclusive upper bound of
+/// a prefix scan.
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_order_is_preserved() {
+        let words = ["", "\0", "a", "a\0", "a\0b", "ab", "b", "\u{00ff}"];
+        for x in words {
+            for y in words {
+                assert_eq!(
+                    Key::str(x).cmp(&Key::str(y)),
+                    x.cmp(y),
+                    "{x:?} vs {y:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn compound_keys_order_by_components() {
+        let k = |a: &str, b: &str| Key::builder().str(a).str(b).build();
+        assert!(k("a", "z") < k("ab", "a"));
+        assert!(k("a", "a") < k("a", "b"));
+        assert!(!k("ab", "x").starts_with(&Key::str("a")));
+        assert!(k("ab", "x").starts_with(KeyBuilder::new().str_prefix("a").as_bytes()));
+    }
+
+    #[test]
+    fn integers_order_numerically() {
+        assert!(Key::u64(2) < Key::u64(10));
+        assert!(Key::u64(255) < Key::u64(256));
+    }
+
+    #[test]
+    fn decode_round_trips() {
+        let key = Key::builder().str("ns\0x").str("id").build();
+        assert_eq!(
+            key.decode_strs(),
+            Some(vec!["ns\0x".to_string(), "id".to_string()])
+        );
+        assert_eq!(Key::u64(7).decode_strs(), None);
+    }
+
+    #[test]
+    fn successor_bounds_a_prefix() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(&[1, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xFF]), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

@@ -1,0 +1,377 @@
+//! Write transactions: one at a time, on a private copy of the root, published whole
+//! on commit or dropped without a trace.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::{ArcMutexGuard, RawMutex};
+
+use super::database::Shared;
+use super::root::Root;
+use super::schema::{Row, Table, TableDef, TableId};
+use super::view::{View, downcast};
+use super::{Error, Key, Result};
+
+/// The single write transaction in progress.
+///
+/// Reads through [`view`](Self::view) see the transaction's own writes. [`commit`]
+/// publishes everything at once; dropping the transaction (or a panic while it is
+/// open) discards everything and releases the writer lock.
+///
+/// [`commit`]: Self::commit
+pub struct WriteTxn {
+    shared: Arc<Shared>,
+    _writer: ArcMutexGuard<RawMutex, ()>,
+    root: Root,
+    index: u64,
+    restore: bool,
+    /// Per (table, primary key): the row before the transaction and the row now.
+    changes: BTreeMap<(TableId, Key), (Option<Row>, Option<Row>)>,
+}
+
+/// What a commit changed in one row: collapsed per (table, primary key), so a row
+/// inserted and deleted in the same transaction does not appear.
+#[derive(Clone)]
+pub struct Change {
+    table: Arc<str>,
+    key: Key,
+    before: Option<Row>,
+    after: Option<Row>,
+}
+
+impl std::fmt::Debug for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Change")
+            .field("table", &self.table)
+            .field("key", &self.key)
+            .field("kind", &self.kind())
+            .finish()
+    }
+}
+
+/// Whether a change created, replaced or removed its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// The row did not exist before.
+    Insert,
+    /// The row was replaced.
+    Update,
+    /// The row was removed.
+    Delete,
+}
+
+impl Change {
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The row's primary key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// Insert, update or delete.
+    pub fn kind(&self) -> ChangeKind {
+        match (&self.before, &self.after) {
+            (None, _) => ChangeKind::Insert,
+            (Some(_), Some(_)) => ChangeKind::Update,
+            (Some(_), None) => ChangeKind::Delete,
+        }
+    }
+
+    /// The row before the transaction, as `V` (`None` if absent or of another type).
+    pub fn before<V: Any + Send + Sync>(&self) -> Option<Arc<V>> {
+        self.before.as_ref().and_then(downcast)
+    }
+
+    /// The row after the transaction, as `V` (`None` if deleted or of another type).
+    pub fn after<V: Any + Send + Sync>(&self) -> Option<Arc<V>> {
+        self.after.as_ref().and_then(downcast)
+    }
+}
+
+/// The result of a commit.
+#[derive(Debug, Clone)]
+pub struct CommitInfo {
+    /// The log index committed.
+    pub index: u64,
+    /// Every row changed, in (table, key) order.
+    pub changes: Vec<Change>,
+}
+
+fn same_row(a: &Option<Row>, b: &Option<Row>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        _ => false,
+    }
+}
+
+impl WriteTxn {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        writer: ArcMutexGuard<RawMutex, ()>,
+        root: Root,
+        index: u64,
+        restore: bool,
+    ) -> WriteTxn {
+        WriteTxn {
+            shared,
+            _writer: writer,
+            root,
+            index,
+            restore,
+            changes: BTreeMap::new(),
+        }
+    }
+
+    /// The log index this transaction commits at.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Reads of the transaction's current state, including its own writes.
+    pub fn view(&self) -> View<'_> {
+        View {
+            root: &self.root,
+            watch: None,
+        }
+    }
+
+    fn table_def(&self, schema: u64, table: TableId) -> Result<Arc<super::Schema>> {
+        if schema != self.root.schema.id || table >= self.root.schema.tables.len() {
+            return Err(Error::ForeignHandle {
+                table: format!("#{table}"),
+            });
+        }
+        Ok(Arc::clone(&self.root.schema))
+    }
+
+    fn record(&mut self, table: TableId, key: Key, before: Option<Row>, after: Option<Row>) {
+        if self.restore {
+            return;
+        }
+        self.changes
+            .entry((table, key))
+            .and_modify(|c| c.1 = after.clone())
+            .or_insert((before, after));
+    }
+
+    /// Inserts or replaces the row with `row`'s primary key, maintaining every index.
+    /// Returns the row it replaced.
+    ///
+    /// # Errors
+    /// [`Error::UniqueViolation`] if a unique index key of `row` belongs to another
+    /// row; [`Error::ForeignHandle`] for a handle of another schema. On error nothing
+    /// was changed.
+    pub fn insert<V: Any + Send + Sync>(
+        &mut self,
+        table: Table<V>,
+        row: Arc<V>,
+    ) -> Result<Option<Arc<V>>> {
+        let schema = self.table_def(table.schema, table.id)?;
+        let def: &TableDef = &schema.tables[table.id];
+        let row: Row = row;
+        let mut pk_buf = Vec::with_capacity(1);
+        def.map_keys(0, &row, &mut pk_buf);
+        let Some(pk) = pk_buf.pop() else {
+            return Err(Error::ForeignHandle {
+                table: def.name.to_string(),
+            });
+        };
+        let data = &self.root.tables[table.id];
+        let old = data.maps[0].get(&pk[..]).cloned();
+        if let Some(old) = &old
+            && Arc::ptr_eq(old, &row)
+        {
+            return Ok(downcast(old));
+        }
+
+        // Plan every index change before touching anything, so a unique violation
+        // leaves the transaction as it was.
+        let mut plans = Vec::with_capacity(def.indexes.len());
+        for (i, index) in def.indexes.iter().enumerate() {
+            let map = i + 1;
+            let mut old_keys = Vec::new();
+            if let Some(old) = &old {
+                def.map_keys(map, old, &mut old_keys);
+            }
+            let mut new_keys = Vec::new();
+            def.map_keys(map, &row, &mut new_keys);
+            if index.unique {
+                for k in &new_keys {
+                    if old_keys.contains(k) {
+                        continue;
+                    }
+                    if let Some(holder) = data.maps[map].get(&k[..]) {
+                        let mut holder_pk = Vec::with_capacity(1);
+                        def.map_keys(0, holder, &mut holder_pk);
+                        if holder_pk.first() != Some(&pk) {
+                            return Err(Error::UniqueViolation {
+                                table: def.name.to_string(),
+                                index: index.name.clone(),
+                                key: k.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            plans.push((map, old_keys, new_keys));
+        }
+
+        let data = &mut self.root.tables[table.id];
+        for (map, old_keys, new_keys) in plans {
+            let m = &mut data.maps[map];
+            for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
+                m.remove(&k[..]);
+            }
+            for k in new_keys {
+                m.insert(k, Arc::clone(&row));
+            }
+        }
+        data.maps[0].insert(pk.clone(), Arc::clone(&row));
+        self.record(table.id, pk, old.clone(), Some(row));
+        Ok(old.as_ref().and_then(downcast))
+    }
+
+    /// Deletes the row with primary key `key`, maintaining every index. Returns it, or
+    /// `None` if there was none (not an error).
+    ///
+    /// # Errors
+    /// [`Error::ForeignHandle`] for a handle of another schema.
+    pub fn delete<V: Any + Send + Sync>(
+        &mut self,
+        table: Table<V>,
+        key: &[u8],
+    ) -> Result<Option<Arc<V>>> {
+        let schema = self.table_def(table.schema, table.id)?;
+        let def = &schema.tables[table.id];
+        let data = &mut self.root.tables[table.id];
+        let Some((pk, old)) = data.maps[0].remove_with_key(key) else {
+            return Ok(None);
+        };
+        let mut keys = Vec::new();
+        for map in 1..data.maps.len() {
+            keys.clear();
+            def.map_keys(map, &old, &mut keys);
+            for k in &keys {
+                data.maps[map].remove(&k[..]);
+            }
+        }
+        let out = downcast(&old);
+        self.record(table.id, pk, Some(old), None);
+        Ok(out)
+    }
+
+    /// Deletes every row whose primary key starts with `prefix`; returns how many.
+    ///
+    /// # Errors
+    /// [`Error::ForeignHandle`] for a handle of another schema.
+    pub fn delete_prefix<V: Any + Send + Sync>(
+        &mut self,
+        table: Table<V>,
+        prefix: &[u8],
+    ) -> Result<usize> {
+        self.table_def(table.schema, table.id)?;
+        let keys: Vec<Key> = self
+            .view()
+            .prefix(table, prefix)
+            .with_keys()
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &keys {
+            self.delete(table, k)?;
+        }
+        Ok(keys.len())
+    }
+
+    /// In a restore transaction, sets the index recorded for `table`. Ignored in an
+    /// ordinary transaction, where commits compute table indexes themselves.
+    pub fn set_table_index<V>(&mut self, table: Table<V>, index: u64) {
+        if self.restore
+            && table.schema == self.root.schema.id
+            && let Some(slot) = self.root.table_index.get_mut(table.id)
+        {
+            *slot = index;
+        }
+    }
+
+    /// Publishes the transaction atomically, then wakes the watches of exactly the keys
+    /// and ranges it changed (all watches for a restore), then releases the writer.
+    ///
+    /// # Errors
+    /// None today: the index was validated when the transaction began and nobody else
+    /// can write meanwhile. The `Result` leaves room for durable commits.
+    pub fn commit(self) -> Result<CommitInfo> {
+        let WriteTxn {
+            shared,
+            _writer,
+            mut root,
+            index,
+            restore,
+            changes: raw,
+        } = self;
+        let schema = Arc::clone(&root.schema);
+        let mut changes = Vec::with_capacity(raw.len());
+        let mut changed_tables = vec![false; schema.tables.len()];
+        let mut change_tables = Vec::with_capacity(raw.len());
+        for ((table, key), (before, after)) in raw {
+            if same_row(&before, &after) {
+                continue;
+            }
+            changed_tables[table] = true;
+            change_tables.push(table);
+            changes.push(Change {
+                table: Arc::clone(&schema.tables[table].name),
+                key,
+                before,
+                after,
+            });
+        }
+        if !restore {
+            for (slot, changed) in root.table_index.iter_mut().zip(&changed_tables) {
+                if *changed {
+                    *slot = index;
+                }
+            }
+        }
+        root.last_applied = index;
+        root.seq += 1;
+        shared.current.store(Arc::new(root));
+
+        let registry = shared.registry.lock();
+        if restore {
+            registry.fire_all();
+        } else {
+            let mut keys = Vec::new();
+            for (table, changed) in changed_tables.iter().enumerate() {
+                if *changed && registry.watches_table(table) {
+                    registry.fire_table(table);
+                }
+            }
+            for (change, &table) in changes.iter().zip(&change_tables) {
+                if !registry.watches_table(table) {
+                    continue;
+                }
+                let def = &schema.tables[table];
+                registry.fire_key(table, 0, &change.key);
+                for map in 1..=def.indexes.len() {
+                    keys.clear();
+                    for row in change.before.iter().chain(change.after.iter()) {
+                        def.map_keys(map, row, &mut keys);
+                    }
+                    keys.sort_unstable();
+                    keys.dedup();
+                    for k in &keys {
+                        registry.fire_key(table, map, k);
+                    }
+                }
+            }
+        }
+        drop(registry);
+        tracing::trace!(index, changes = changes.len(), "commit");
+        Ok(CommitInfo { index, changes })
+    }
+}

@@ -1,0 +1,264 @@
+//! Reads: exact lookups, prefix and range scans, whole-table iteration.
+//!
+//! A [`View`] reads one version — a [`Snapshot`](super::Snapshot) or the working state
+//! of a [`WriteTxn`](super::WriteTxn). A view made with
+//! [`Snapshot::watched`](super::Snapshot::watched) also records every key and range it
+//! reads into a [`WatchSet`], so a blocking query can later wait for exactly those to
+//! change.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::key::prefix_successor;
+use super::root::{Root, RowMap};
+use super::schema::{Index, Row, Table, TableId};
+use super::watch::{WatchItem, WatchSet};
+use super::Key;
+
+/// A read-only view of one database version.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub(crate) root: &'a Root,
+    pub(crate) watch: Option<&'a WatchSet>,
+}
+
+/// Bounds of a scan over encoded keys.
+type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+fn prefix_range(prefix: &[u8]) -> Range {
+    let hi = match prefix_successor(prefix) {
+        Some(end) => Bound::Excluded(end),
+        None => Bound::Unbounded,
+    };
+    (Bound::Included(prefix.to_vec()), hi)
+}
+
+impl<'a> View<'a> {
+    fn map(&self, schema: u64, table: TableId, map: usize) -> Option<&'a RowMap> {
+        if schema != self.root.schema.id {
+            return None;
+        }
+        self.root.map(table, map)
+    }
+
+    fn watch_key(&self, table: TableId, map: usize, key: &[u8]) {
+        if let Some(ws) = self.watch {
+            ws.add(
+                WatchItem::Key {
+                    table,
+                    map,
+                    key: Key::from_encoded(key),
+                },
+                table,
+            );
+        }
+    }
+
+    fn watch_range(&self, table: TableId, map: usize, range: &Range) {
+        if let Some(ws) = self.watch {
+            let item = if matches!(range, (Bound::Unbounded, Bound::Unbounded)) && map == 0 {
+                WatchItem::Table { table }
+            } else {
+                WatchItem::Range {
+                    table,
+                    map,
+                    lo: range.0.clone(),
+                    hi: range.1.clone(),
+                }
+            };
+            ws.add(item, table);
+        }
+    }
+
+    /// The row with primary key `key`, if any. Watches that key (present or absent).
+    pub fn get<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<Arc<V>> {
+        self.get_ref(table, key).and_then(downcast)
+    }
+
+    /// Like [`get`](Self::get), borrowing the row instead of counting a reference.
+    pub fn get_ref<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a Row> {
+        self.watch_key(table.id, 0, key);
+        self.map(table.schema, table.id, 0)?.get(key)
+    }
+
+    /// The row with primary key `key`, borrowed as its type.
+    pub fn get_value<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a V> {
+        self.get_ref(table, key)?.downcast_ref::<V>()
+    }
+
+    /// The row whose key in `index` is exactly `key`: the only one for a unique index,
+    /// the one with the smallest primary key otherwise. Watches that index key.
+    pub fn get_by<V: Any + Send + Sync>(&self, index: Index<V>, key: &[u8]) -> Option<Arc<V>> {
+        if index.unique {
+            self.watch_key(index.table, index.map, key);
+            let map = self.map(index.schema, index.table, index.map)?;
+            map.get(key).and_then(downcast)
+        } else {
+            self.index_eq(index, key).next()
+        }
+    }
+
+    /// Every row of `table` in primary-key order. Watches the whole table.
+    pub fn iter<V: Any + Send + Sync>(&self, table: Table<V>) -> Rows<'a, V> {
+        self.scan(table.schema, table.id, 0, (Bound::Unbounded, Bound::Unbounded))
+    }
+
+    /// Rows whose primary key starts with `prefix`, in key order. Watches that range.
+    pub fn prefix<V: Any + Send + Sync>(&self, table: Table<V>, prefix: &[u8]) -> Rows<'a, V> {
+        self.scan(table.schema, table.id, 0, prefix_range(prefix))
+    }
+
+    /// Rows whose primary key lies within `(lo, hi)`, in key order. Watches that range.
+    pub fn range<V: Any + Send + Sync>(
+        &self,
+        table: Table<V>,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+    ) -> Rows<'a, V> {
+        let range = (lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec));
+        self.scan(table.schema, table.id, 0, range)
+    }
+
+    /// Rows whose key in `index` is exactly `key` (for a non-unique index: every row
+    /// with that value), in index order. Watches that key's range.
+    pub fn index_eq<V: Any + Send + Sync>(&self, index: Index<V>, key: &[u8]) -> Rows<'a, V> {
+        if index.unique {
+            self.watch_key(index.table, index.map, key);
+            let row = self
+                .map(index.schema, index.table, index.map)
+                .and_then(|m| m.get_key_value(key));
+            return Rows {
+                inner: RowsInner::One(row),
+                _row: PhantomData,
+            };
+        }
+        self.scan(index.schema, index.table, index.map, prefix_range(key))
+    }
+
+    /// Rows whose key in `index` starts with `prefix`, in index order. Watches that
+    /// range.
+    pub fn index_prefix<V: Any + Send + Sync>(
+        &self,
+        index: Index<V>,
+        prefix: &[u8],
+    ) -> Rows<'a, V> {
+        self.scan(index.schema, index.table, index.map, prefix_range(prefix))
+    }
+
+    /// Every row reachable through `index`, in index order. Watches the whole index.
+    pub fn index_iter<V: Any + Send + Sync>(&self, index: Index<V>) -> Rows<'a, V> {
+        self.scan(
+            index.schema,
+            index.table,
+            index.map,
+            (Bound::Unbounded, Bound::Unbounded),
+        )
+    }
+
+    fn scan<V>(&self, schema: u64, table: TableId, map: usize, range: Range) -> Rows<'a, V> {
+        self.watch_range(table, map, &range);
+        let inner = match self.map(schema, table, map) {
+            Some(m) => RowsInner::Range(m.range::<_, [u8]>((
+                as_ref_bound(&range.0),
+                as_ref_bound(&range.1),
+            ))),
+            None => RowsInner::One(None),
+        };
+        Rows {
+            inner,
+            _row: PhantomData,
+        }
+    }
+
+    /// Number of rows in `table` (not watched).
+    pub fn len<V>(&self, table: Table<V>) -> usize {
+        self.map(table.schema, table.id, 0).map_or(0, RowMap::len)
+    }
+
+    /// The log index of the last commit that changed `table` (0 if none did).
+    pub fn table_index<V>(&self, table: Table<V>) -> u64 {
+        if table.schema != self.root.schema.id {
+            return 0;
+        }
+        self.root.table_index.get(table.id).copied().unwrap_or(0)
+    }
+
+    /// The log index of the last commit that changed the table called `name`, or
+    /// `None` for an unknown name.
+    pub fn table_index_by_name(&self, name: &str) -> Option<u64> {
+        let pos = self.root.schema.tables.iter().position(|t| &*t.name == name)?;
+        self.root.table_index.get(pos).copied()
+    }
+
+    /// The largest table index.
+    pub fn latest_index(&self) -> u64 {
+        self.root.latest_index()
+    }
+
+    /// The log index of the last accepted write (moved even by writes that changed
+    /// nothing).
+    pub fn last_applied(&self) -> u64 {
+        self.root.last_applied
+    }
+}
+
+fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(v) => Bound::Included(v.as_slice()),
+        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+pub(crate) fn downcast<V: Any + Send + Sync>(row: &Row) -> Option<Arc<V>> {
+    Arc::clone(row).downcast::<V>().ok()
+}
+
+enum RowsInner<'a> {
+    Range(imbl::ordmap::RangedIter<'a, Key, Row, imbl::shared_ptr::DefaultSharedPtr>),
+    One(Option<(&'a Key, &'a Row)>),
+}
+
+/// An iterator over rows of one type, in key order.
+pub struct Rows<'a, V> {
+    inner: RowsInner<'a>,
+    _row: PhantomData<fn() -> V>,
+}
+
+impl<'a, V: Any + Send + Sync> Rows<'a, V> {
+    /// Iterates `(encoded key, row)` pairs instead of rows, borrowing the rows.
+    pub fn with_keys(self) -> impl Iterator<Item = (&'a Key, &'a V)> {
+        let it: Box<dyn Iterator<Item = (&'a Key, &'a Row)> + 'a> = match self.inner {
+            RowsInner::Range(r) => Box::new(r),
+            RowsInner::One(r) => Box::new(r.into_iter()),
+        };
+        it.filter_map(|(k, r)| r.downcast_ref::<V>().map(|v| (k, v)))
+    }
+
+    /// Iterates borrowed rows instead of counted references.
+    pub fn borrowed(self) -> impl Iterator<Item = &'a V> {
+        let it: Box<dyn Iterator<Item = &'a Row> + 'a> = match self.inner {
+            RowsInner::Range(r) => Box::new(r.map(|(_, v)| v)),
+            RowsInner::One(r) => Box::new(r.into_iter().map(|(_, v)| v)),
+        };
+        it.filter_map(|r| r.downcast_ref::<V>())
+    }
+}
+
+impl<V: Any + Send + Sync> Iterator for Rows<'_, V> {
+    type Item = Arc<V>;
+
+    fn next(&mut self) -> Option<Arc<V>> {
+        loop {
+            let row = match &mut self.inner {
+                RowsInner::Range(r) => r.next()?.1,
+                RowsInner::One(r) => r.take()?.1,
+            };
+            if let Some(v) = downcast(row) {
+                return Some(v);
+            }
+        }
+    }
+}

@@ -1,0 +1,594 @@
+//! Watches: what a query read, and waiting until exactly that changes.
+//!
+//! A [`WatchSet`] collects the keys, ranges and tables a query read through a watched
+//! [`View`](super::View). Waiting on it registers those items with the database's
+//! [`Registry`] under one shared [`Signal`]; a commit looks up the keys it changed and
+//! fires the signals of exactly the sets that read one of them.
+//!
+//! No missed wake-up: a set remembers the version it read. When it registers, under the
+//! same lock commits use to fire, it compares what it read in that version with the
+//! current one; if anything it read changed in between, it fires at once instead of
+//! waiting for a commit that already happened.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::ops::Bound;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use event_listener::{Event, EventListener, Listener};
+use parking_lot::Mutex;
+
+use super::Key;
+use super::database::Shared;
+use super::root::{Root, RowMap};
+use super::schema::TableId;
+
+/// Default number of items a set records before it falls back to table-level watches.
+pub const DEFAULT_WATCH_LIMIT: usize = 4096;
+
+/// A range compared entry by entry on registration is capped at this many entries;
+/// past it, a changed table counts as a changed range (a possible early wake, never a
+/// missed one).
+const RANGE_COMPARE_LIMIT: usize = 4096;
+
+/// One thing a query read.
+#[derive(Debug, Clone)]
+pub(crate) enum WatchItem {
+    /// An exact key of map `map` (0 = primary) of `table`, present or absent.
+    Key { table: TableId, map: usize, key: Key },
+    /// A range of keys of one map.
+    Range {
+        table: TableId,
+        map: usize,
+        lo: Bound<Vec<u8>>,
+        hi: Bound<Vec<u8>>,
+    },
+    /// Anything in a table.
+    Table { table: TableId },
+}
+
+/// The flag a commit raises to wake one watch set.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    fired: AtomicBool,
+    event: Event,
+}
+
+impl Signal {
+    pub(crate) fn fire(&self) {
+        if !self.fired.swap(true, Ordering::AcqRel) {
+            self.event.notify(usize::MAX);
+        }
+    }
+
+    fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::Acquire)
+    }
+
+    /// A listener, or `None` when already fired (checked after listening, so a fire
+    /// between the check and the listen is not lost).
+    fn listen(&self) -> Option<EventListener> {
+        if self.is_fired() {
+            return None;
+        }
+        let listener = self.event.listen();
+        if self.is_fired() { None } else { Some(listener) }
+    }
+}
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// Something the set watches changed (or the state was replaced by a restore).
+    Changed,
+    /// The deadline passed first.
+    TimedOut,
+}
+
+/// What a query read, to wait until it changes.
+///
+/// Fill it by reading through [`Snapshot::watched`](super::Snapshot::watched), then wait
+/// with [`wait_timeout`](Self::wait_timeout), [`wait_deadline`](Self::wait_deadline) or
+/// [`changed`](Self::changed) (async). Dropping the set removes every registration it
+/// made. Use one snapshot per set: items are compared against the first version read.
+///
+/// ```
+/// use std::time::Duration;
+/// use schedstate::db::{Db, Key, Schema, WaitOutcome, WatchSet};
+/// use std::sync::Arc;
+///
+/// let mut schema = Schema::new();
+/// let t = schema.table("kv", |r: &(String, u64)| Key::str(&r.0)).unwrap();
+/// let db = Db::new(schema);
+///
+/// let ws = WatchSet::new();
+/// let snap = db.snapshot();
+/// assert!(snap.watched(&ws).get(t, &Key::str("a")).is_none()); // watch an absent key
+///
+/// let mut txn = db.begin_write(1).unwrap();
+/// txn.insert(t, Arc::new(("b".to_string(), 1))).unwrap();
+/// txn.commit().unwrap();
+/// assert_eq!(ws.wait_timeout(Duration::from_millis(10)), WaitOutcome::TimedOut);
+///
+/// let mut txn = db.begin_write(2).unwrap();
+/// txn.insert(t, Arc::new(("a".to_string(), 2))).unwrap();
+/// txn.commit().unwrap();
+/// assert_eq!(ws.wait_timeout(Duration::from_secs(5)), WaitOutcome::Changed);
+/// ```
+pub struct WatchSet {
+    inner: Mutex<Inner>,
+    signal: Arc<Signal>,
+}
+
+struct Inner {
+    /// The version the watched reads came from.
+    base: Option<Arc<Root>>,
+    items: Vec<WatchItem>,
+    /// Tables already watched whole (after the limit, or by a full scan).
+    whole: Vec<TableId>,
+    limit: usize,
+    registered: Option<Registration>,
+}
+
+struct Registration {
+    id: u64,
+    shared: std::sync::Weak<Shared>,
+    items: Vec<WatchItem>,
+}
+
+impl Default for WatchSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for WatchSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("WatchSet")
+            .field("items", &inner.items.len())
+            .field("whole_tables", &inner.whole)
+            .field("fired", &self.signal.is_fired())
+            .finish()
+    }
+}
+
+impl WatchSet {
+    /// An empty set with the default item limit ([`DEFAULT_WATCH_LIMIT`]).
+    pub fn new() -> Self {
+        Self::with_limit(DEFAULT_WATCH_LIMIT)
+    }
+
+    /// An empty set that, past `limit` items, watches whole tables instead of further
+    /// keys: it bounds the cost of very large queries at the price of early wakes.
+    pub fn with_limit(limit: usize) -> Self {
+        WatchSet {
+            inner: Mutex::new(Inner {
+                base: None,
+                items: Vec::new(),
+                whole: Vec::new(),
+                limit,
+                registered: None,
+            }),
+            signal: Arc::new(Signal::default()),
+        }
+    }
+
+    /// Number of recorded items (keys, ranges and whole tables).
+    pub fn len(&self) -> usize {
+        let inner = self.inner.lock();
+        inner.items.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether a change has already been seen.
+    pub fn is_fired(&self) -> bool {
+        self.signal.is_fired()
+    }
+
+    pub(crate) fn set_base(&self, root: &Arc<Root>) {
+        let mut inner = self.inner.lock();
+        match &inner.base {
+            // Keep the oldest version: comparing against it can only wake early.
+            Some(b) if b.epoch == root.epoch && b.seq <= root.seq => {}
+            _ => inner.base = Some(Arc::clone(root)),
+        }
+    }
+
+    pub(crate) fn add(&self, item: WatchItem, table: TableId) {
+        let mut inner = self.inner.lock();
+        if inner.registered.is_some() {
+            // Reads after the first wait are not watched: the set is already live.
+            return;
+        }
+        if inner.whole.contains(&table) {
+            return;
+        }
+        let item = if inner.items.len() >= inner.limit {
+            WatchItem::Table { table }
+        } else {
+            item
+        };
+        if let WatchItem::Table { table } = item {
+            inner.whole.push(table);
+        }
+        inner.items.push(item);
+    }
+
+    /// Fires this set by hand (for example to cancel a waiter).
+    pub fn fire(&self) {
+        self.signal.fire();
+    }
+
+    /// Registers with the database (once). Returns false if the database is gone.
+    fn ensure_registered(&self) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.registered.is_some() {
+            return true;
+        }
+        let Some(base) = inner.base.clone() else {
+            // Nothing was read through a database: nothing can change.
+            return true;
+        };
+        let Some(shared) = base.shared.upgrade() else {
+            self.signal.fire();
+            return false;
+        };
+        let items = std::mem::take(&mut inner.items);
+        let id = shared.register(&base, &items, &self.signal);
+        inner.registered = Some(Registration {
+            id,
+            shared: Arc::downgrade(&shared),
+            items,
+        });
+        true
+    }
+
+    /// Blocks until something watched changes or `deadline` passes.
+    pub fn wait_deadline(&self, deadline: Instant) -> WaitOutcome {
+        self.ensure_registered();
+        loop {
+            let Some(listener) = self.signal.listen() else {
+                return WaitOutcome::Changed;
+            };
+            if listener.wait_deadline(deadline).is_none() && !self.signal.is_fired() {
+                return WaitOutcome::TimedOut;
+            }
+        }
+    }
+
+    /// Blocks until something watched changes or `timeout` passes.
+    pub fn wait_timeout(&self, timeout: Duration) -> WaitOutcome {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.wait_deadline(deadline),
+            None => self.wait_forever(),
+        }
+    }
+
+    /// Blocks until something watched changes.
+    pub fn wait_forever(&self) -> WaitOutcome {
+        self.ensure_registered();
+        while let Some(listener) = self.signal.listen() {
+            listener.wait();
+        }
+        WaitOutcome::Changed
+    }
+
+    /// Resolves when something watched changes. Runtime-agnostic; combine it with your
+    /// runtime's timer for a deadline (or use the blocking-query helper).
+    pub fn changed(&self) -> Changed<'_> {
+        self.ensure_registered();
+        Changed {
+            set: self,
+            listener: None,
+        }
+    }
+}
+
+/// The future returned by [`WatchSet::changed`].
+pub struct Changed<'a> {
+    set: &'a WatchSet,
+    listener: Option<Pin<Box<EventListener>>>,
+}
+
+impl Future for Changed<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if self.set.signal.is_fired() {
+                return Poll::Ready(());
+            }
+            match &mut self.listener {
+                Some(l) => match l.as_mut().poll(cx) {
+                    Poll::Ready(()) => self.listener = None,
+                    Poll::Pending => return Poll::Pending,
+                },
+                None => match self.set.signal.listen() {
+                    Some(l) => self.listener = Some(Box::pin(l)),
+                    None => return Poll::Ready(()),
+                },
+            }
+        }
+    }
+}
+
+impl Drop for WatchSet {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut();
+        if let Some(reg) = inner.registered.take()
+            && let Some(shared) = reg.shared.upgrade()
+        {
+            shared.unregister(reg.id, &reg.items);
+        }
+    }
+}
+
+/// One registered waiter: the set's id (for removal) and its signal.
+#[derive(Clone)]
+struct Waiter {
+    id: u64,
+    signal: Arc<Signal>,
+}
+
+#[derive(Default)]
+struct MapWatchers {
+    exact: HashMap<Key, Vec<Waiter>>,
+    ranges: Vec<(Bound<Vec<u8>>, Bound<Vec<u8>>, Waiter)>,
+}
+
+#[derive(Default)]
+struct TableWatchers {
+    whole: Vec<Waiter>,
+    maps: Vec<MapWatchers>,
+    count: usize,
+}
+
+/// Every live watch of one database, by table and map, guarded by the database's
+/// registry lock. Commits fire from it after publishing their version.
+#[derive(Default)]
+pub(crate) struct Registry {
+    next_id: u64,
+    tables: Vec<TableWatchers>,
+}
+
+impl Registry {
+    pub(crate) fn new(maps_per_table: impl Iterator<Item = usize>) -> Registry {
+        Registry {
+            next_id: 1,
+            tables: maps_per_table
+                .map(|n| TableWatchers {
+                    whole: Vec::new(),
+                    maps: (0..n).map(|_| MapWatchers::default()).collect(),
+                    count: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether any watch is registered on `table`.
+    pub(crate) fn watches_table(&self, table: TableId) -> bool {
+        self.tables.get(table).is_some_and(|t| t.count > 0)
+    }
+
+    /// Registers `items` under `signal`, unless the items already changed between
+    /// `base` and `current`, in which case the signal fires and nothing is kept.
+    pub(crate) fn register(
+        &mut self,
+        base: &Root,
+        current: &Root,
+        items: &[WatchItem],
+        signal: &Arc<Signal>,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        if changed_since(base, current, items) {
+            signal.fire();
+            return id;
+        }
+        let waiter = Waiter {
+            id,
+            signal: Arc::clone(signal),
+        };
+        for item in items {
+            let Some(t) = self.tables.get_mut(item_table(item)) else {
+                continue;
+            };
+            t.count += 1;
+            match item {
+                WatchItem::Table { .. } => t.whole.push(waiter.clone()),
+                WatchItem::Key { map, key, .. } => {
+                    if let Some(m) = t.maps.get_mut(*map) {
+                        m.exact.entry(key.clone()).or_default().push(waiter.clone());
+                    }
+                }
+                WatchItem::Range { map, lo, hi, .. } => {
+                    if let Some(m) = t.maps.get_mut(*map) {
+                        m.ranges.push((lo.clone(), hi.clone(), waiter.clone()));
+                    }
+                }
+            }
+        }
+        id
+    }
+
+    /// Removes every registration of set `id` (the same `items` it registered).
+    pub(crate) fn unregister(&mut self, id: u64, items: &[WatchItem]) {
+        for item in items {
+            let Some(t) = self.tables.get_mut(item_table(item)) else {
+                continue;
+            };
+            let removed = match item {
+                WatchItem::Table { .. } => {
+                    let n = t.whole.len();
+                    t.whole.retain(|w| w.id != id);
+                    n - t.whole.len()
+                }
+                WatchItem::Key { map, key, .. } => {
+                    let Some(m) = t.maps.get_mut(*map) else {
+                        continue;
+                    };
+                    let Some(list) = m.exact.get_mut(key) else {
+                        continue;
+                    };
+                    let n = list.len();
+                    list.retain(|w| w.id != id);
+                    let removed = n - list.len();
+                    if list.is_empty() {
+                        m.exact.remove(key);
+                    }
+                    removed
+                }
+                WatchItem::Range { map, .. } => {
+                    let Some(m) = t.maps.get_mut(*map) else {
+                        continue;
+                    };
+                    let n = m.ranges.len();
+                    m.ranges.retain(|(_, _, w)| w.id != id);
+                    n - m.ranges.len()
+                }
+            };
+            t.count = t.count.saturating_sub(removed);
+        }
+    }
+
+    /// Fires the waiters of a changed key `key` of map `map` of `table`.
+    pub(crate) fn fire_key(&self, table: TableId, map: usize, key: &[u8]) {
+        let Some(t) = self.tables.get(table) else {
+            return;
+        };
+        let Some(m) = t.maps.get(map) else {
+            return;
+        };
+        if let Some(list) = m.exact.get(key) {
+            for w in list {
+                w.signal.fire();
+            }
+        }
+        for (lo, hi, w) in &m.ranges {
+            if !w.signal.is_fired() && in_range(key, lo, hi) {
+                w.signal.fire();
+            }
+        }
+    }
+
+    /// Fires the whole-table waiters of a changed table.
+    pub(crate) fn fire_table(&self, table: TableId) {
+        if let Some(t) = self.tables.get(table) {
+            for w in &t.whole {
+                w.signal.fire();
+            }
+        }
+    }
+
+    /// Fires everything (the state was replaced).
+    pub(crate) fn fire_all(&self) {
+        for t in &self.tables {
+            for w in &t.whole {
+                w.signal.fire();
+            }
+            for m in &t.maps {
+                m.exact.values().flatten().for_each(|w| w.signal.fire());
+                m.ranges.iter().for_each(|(_, _, w)| w.signal.fire());
+            }
+        }
+    }
+
+    /// Number of registered items (for tests: dropped sets leave nothing behind).
+    pub(crate) fn registered_items(&self) -> usize {
+        self.tables
+            .iter()
+            .map(|t| {
+                t.whole.len()
+                    + t.maps
+                        .iter()
+                        .map(|m| m.ranges.len() + m.exact.values().map(Vec::len).sum::<usize>())
+                        .sum::<usize>()
+            })
+            .sum()
+    }
+}
+
+fn item_table(item: &WatchItem) -> TableId {
+    match item {
+        WatchItem::Key { table, .. }
+        | WatchItem::Range { table, .. }
+        | WatchItem::Table { table } => *table,
+    }
+}
+
+pub(crate) fn in_range(key: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let above = match lo {
+        Bound::Included(l) => key >= l.as_slice(),
+        Bound::Excluded(l) => key > l.as_slice(),
+        Bound::Unbounded => true,
+    };
+    let below = match hi {
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
+        Bound::Unbounded => true,
+    };
+    above && below
+}
+
+/// Whether anything `items` read in `base` differs in `current`.
+fn changed_since(base: &Root, current: &Root, items: &[WatchItem]) -> bool {
+    if base.epoch != current.epoch {
+        return true;
+    }
+    if base.seq == current.seq {
+        return false;
+    }
+    items.iter().any(|item| {
+        let table = item_table(item);
+        if base.table_index.get(table) == current.table_index.get(table) {
+            return false;
+        }
+        match item {
+            WatchItem::Table { .. } => true,
+            WatchItem::Key { map, key, .. } => {
+                match (base.map(table, *map), current.map(table, *map)) {
+                    (Some(b), Some(c)) => match (b.get(&key[..]), c.get(&key[..])) {
+                        (None, None) => false,
+                        (Some(x), Some(y)) => !Arc::ptr_eq(x, y),
+                        _ => true,
+                    },
+                    _ => true,
+                }
+            }
+            WatchItem::Range { map, lo, hi, .. } => {
+                match (base.map(table, *map), current.map(table, *map)) {
+                    (Some(b), Some(c)) => range_differs(b, c, lo, hi),
+                    _ => true,
+                }
+            }
+        }
+    })
+}
+
+fn range_differs(b: &RowMap, c: &RowMap, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
+    let lo = lo.as_ref().map(Vec::as_slice);
+    let hi = hi.as_ref().map(Vec::as_slice);
+    let mut left = b.range::<_, [u8]>((lo, hi));
+    let mut right = c.range::<_, [u8]>((lo, hi));
+    for _ in 0..RANGE_COMPARE_LIMIT {
+        match (left.next(), right.next()) {
+            (None, None) => return false,
+            (Some((k1, v1)), Some((k2, v2))) => {
+                if k1 != k2 || !Arc::ptr_eq(v1, v2) {
+                    return true;
+                }
+            }
+            _ => return true,
+        }
+    }
+    true
+}

@@ -1,0 +1,92 @@
+//! Client nodes and their status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CsiInfo, Id};
+
+/// The lifecycle status of a client node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeStatus {
+    /// The node registered but is not yet ready for work.
+    Initializing,
+    /// The node is up and can run work.
+    Ready,
+    /// The node is down.
+    Down,
+    /// The node lost contact with the servers but may come back.
+    Disconnected,
+}
+
+/// A client node: a machine that runs allocations and CSI plugin instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// The node's id (the key of the nodes table).
+    pub id: Id,
+    /// The node's human-readable name.
+    pub name: String,
+    /// The node's lifecycle status.
+    pub status: NodeStatus,
+    /// Whether the node is being drained of work.
+    pub drain: bool,
+    /// Whether the scheduler may place new work on the node.
+    pub eligible: bool,
+    /// Fingerprints of the CSI controller plugin instances the node runs, by plugin id.
+    #[serde(default)]
+    pub csi_controller_plugins: BTreeMap<Id, Arc<CsiInfo>>,
+    /// Fingerprints of the CSI node plugin instances the node runs, by plugin id.
+    #[serde(default)]
+    pub csi_node_plugins: BTreeMap<Id, Arc<CsiInfo>>,
+    /// The index of the write that created the row.
+    pub create_index: u64,
+    /// The index of the last write that changed the row.
+    pub modify_index: u64,
+}
+
+impl Node {
+    /// A ready, eligible, undrained node with no plugins and zero indexes.
+    pub fn new(id: impl Into<Id>, name: impl Into<String>) -> Self {
+        Node {
+            id: id.into(),
+            name: name.into(),
+            status: NodeStatus::Ready,
+            drain: false,
+            eligible: true,
+            csi_controller_plugins: BTreeMap::new(),
+            csi_node_plugins: BTreeMap::new(),
+            create_index: 0,
+            modify_index: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_node_is_ready_and_empty() {
+        let n = Node::new("n1", "alpha");
+        assert_eq!(&*n.id, "n1");
+        assert_eq!(n.name, "alpha");
+        assert_eq!(n.status, NodeStatus::Ready);
+        assert!(!n.drain);
+        assert!(n.eligible);
+        assert!(n.csi_controller_plugins.is_empty());
+        assert!(n.csi_node_plugins.is_empty());
+        assert_eq!((n.create_index, n.modify_index), (0, 0));
+    }
+
+    #[test]
+    fn equality_sees_plugins() {
+        let a = Node::new("n1", "alpha");
+        let mut b = a.clone();
+        assert_eq!(a, b);
+        b.csi_node_plugins
+            .insert(super::super::id("p"), Arc::new(CsiInfo::default()));
+        assert_ne!(a, b);
+    }
+}
