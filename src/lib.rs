@@ -2,9 +2,11 @@
 //!
 //! See `ARCHITECTURE.md` for the layers; in short:
 //! - [`db`]: the generic MVCC engine (tables, snapshots, transactions, watches);
-//! - [`model`]: the plain data types of the scheduler's state.
+//! - [`model`]: the plain data types of the scheduler's state;
+//! - [`state`]: the CSI rules as commands, queries and blocking queries.
 
 #![warn(missing_docs)]
 
 pub mod db;
 pub mod model;
+pub mod state;

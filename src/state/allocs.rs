@@ -1,0 +1,48 @@
+//! Allocation writes: upsert (server-terminal allocs take their plugin instances with
+//! them) and delete (garbage collection).
+
+use std::sync::Arc;
+
+use crate::db::Key;
+use crate::model::{Allocation, Id};
+
+use super::error::{Result, StateError};
+use super::writer::Writer;
+
+/// Inserts or replaces allocations (SPEC §2 "Upsert allocs").
+pub(crate) fn upsert_allocs(w: &mut Writer, allocs: &[Allocation]) -> Result<()> {
+    for alloc in allocs {
+        if alloc.id.is_empty() {
+            return Err(StateError::MissingField {
+                what: "allocation",
+                field: "id",
+            });
+        }
+        let mut alloc = alloc.clone();
+        let existing = w.view().alloc_by_id(&alloc.id);
+        alloc.create_index = existing.map_or(w.index, |a| a.create_index);
+        alloc.modify_index = w.index;
+        let server_terminal = alloc.server_terminal();
+        let alloc = Arc::new(alloc);
+        w.txn.insert(w.t.allocs, Arc::clone(&alloc))?;
+        if server_terminal {
+            // Exactly the instances this alloc ran on its node: a newer instance of the
+            // same plugin on the same node (another alloc id) stays. Reads see this
+            // command's earlier removals, so several stopped allocs all take effect.
+            for inst in w.instances_of_alloc(&alloc.id) {
+                if inst.node_id == alloc.node_id {
+                    w.remove_entry(inst.kind, &inst.plugin_id, &inst.node_id)?;
+                }
+            }
+        }
+    }
+    w.flush_plugins()
+}
+
+/// Deletes allocations; missing ids are skipped and plugins are not changed.
+pub(crate) fn delete_allocs(w: &mut Writer, ids: &[Id]) -> Result<()> {
+    for id in ids {
+        w.txn.delete(w.t.allocs, &Key::str(id))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,156 @@
+//! Volume claims: taking a read or write claim, and the steps of releasing one
+//! (SPEC §2 "Claim").
+
+use std::sync::Arc;
+
+use crate::model::{
+    CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeClaimMode,
+    CsiVolumeClaimState,
+};
+
+use super::command::VolumeClaimRequest;
+use super::error::{Result, StateError};
+use super::writer::Writer;
+
+/// Applies a batch of claims in order; any failure rejects the whole batch.
+pub(crate) fn claim_volumes(w: &mut Writer, claims: &[VolumeClaimRequest]) -> Result<()> {
+    if claims.is_empty() {
+        return Err(StateError::EmptyRequest {
+            what: "claim volumes",
+        });
+    }
+    for req in claims {
+        claim(w, req)?;
+    }
+    Ok(())
+}
+
+fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
+    let VolumeClaimRequest {
+        namespace,
+        volume_id,
+        claim,
+    } = req;
+    let stored = w
+        .view()
+        .csi_volume_stored(namespace, volume_id)
+        .ok_or_else(|| StateError::VolumeNotFound {
+            namespace: namespace.clone(),
+            id: volume_id.clone(),
+        })?;
+    // Decisions are taken on the denormalized copy: plugin health and repaired past
+    // claims included.
+    let mut v = w.view().csi_volume_denormalize(&stored);
+    let alloc_id = &claim.alloc_id;
+    if alloc_id.is_empty() {
+        // A garbage-collection claim: only persists the repaired past claims.
+        return store(w, v, &stored);
+    }
+    let taking = claim.state == CsiVolumeClaimState::Taken
+        && matches!(
+            claim.mode,
+            CsiVolumeClaimMode::Read | CsiVolumeClaimMode::Write
+        );
+    if !taking {
+        if claim.state == CsiVolumeClaimState::ReadyToFree {
+            v.read_allocs.remove(alloc_id);
+            v.write_allocs.remove(alloc_id);
+            v.read_claims.remove(alloc_id);
+            v.write_claims.remove(alloc_id);
+            v.past_claims.remove(alloc_id);
+            if !v.in_use() {
+                v.access_mode = CsiVolumeAccessMode::Unknown;
+                v.attachment_mode = CsiVolumeAttachmentMode::Unknown;
+            }
+        } else {
+            // A release in progress: the alloc keeps its claim until it is freed.
+            v.past_claims.insert(alloc_id.clone(), claim.clone());
+        }
+        return store(w, v, &stored);
+    }
+
+    let write = claim.mode == CsiVolumeClaimMode::Write;
+    let holding = if write {
+        v.write_allocs.contains(alloc_id)
+    } else {
+        v.read_allocs.contains(alloc_id)
+    };
+    if holding {
+        return Ok(());
+    }
+    if w.view().alloc_by_id(alloc_id).is_none() {
+        return Err(StateError::AllocNotFound(alloc_id.clone()));
+    }
+    if v.attachment_mode != CsiVolumeAttachmentMode::Unknown
+        && claim.attachment_mode != CsiVolumeAttachmentMode::Unknown
+        && v.attachment_mode != claim.attachment_mode
+    {
+        return Err(StateError::AttachmentModeConflict {
+            namespace: namespace.clone(),
+            id: volume_id.clone(),
+            current: v.attachment_mode,
+            requested: claim.attachment_mode,
+        });
+    }
+    let (schedulable, free) = if write {
+        (v.write_schedulable(), v.has_free_write_claims())
+    } else {
+        (v.read_schedulable(), v.has_free_read_claims())
+    };
+    if !schedulable {
+        return Err(StateError::Unschedulable {
+            namespace: namespace.clone(),
+            id: volume_id.clone(),
+            mode: claim.mode,
+        });
+    }
+    if !free {
+        return Err(StateError::MaxClaimsReached {
+            namespace: namespace.clone(),
+            id: volume_id.clone(),
+            mode: claim.mode,
+        });
+    }
+    let (mine, mine_claims, other, other_claims) = if write {
+        (
+            &mut v.write_allocs,
+            &mut v.write_claims,
+            &mut v.read_allocs,
+            &mut v.read_claims,
+        )
+    } else {
+        (
+            &mut v.read_allocs,
+            &mut v.read_claims,
+            &mut v.write_allocs,
+            &mut v.write_claims,
+        )
+    };
+    mine.insert(alloc_id.clone());
+    mine_claims.insert(alloc_id.clone(), claim.clone());
+    other.remove(alloc_id);
+    other_claims.remove(alloc_id);
+    v.past_claims.remove(alloc_id);
+    if v.access_mode == CsiVolumeAccessMode::Unknown {
+        v.access_mode = claim.access_mode;
+    }
+    if v.attachment_mode == CsiVolumeAttachmentMode::Unknown {
+        v.attachment_mode = claim.attachment_mode;
+    }
+    store(w, v, &stored)
+}
+
+/// Writes a volume decided on its denormalized copy back as a stored row: identity
+/// provider kept, controller requirement as last known, read-only fields cleared.
+fn store(w: &mut Writer, mut v: CsiVolume, stored: &CsiVolume) -> Result<()> {
+    v.provider.clone_from(&stored.provider);
+    v.provider_version.clear();
+    v.controllers_healthy = 0;
+    v.controllers_expected = 0;
+    v.nodes_healthy = 0;
+    v.nodes_expected = 0;
+    v.schedulable = false;
+    v.modify_index = w.index;
+    w.txn.insert(w.t.volumes, Arc::new(v))?;
+    Ok(())
+}

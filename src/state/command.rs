@@ -1,0 +1,103 @@
+//! Every write to the state is one [`Command`], applied at one log index.
+//!
+//! The same values are what the write-ahead log records, what a Raft log would carry,
+//! and what fuzzers and model tests generate.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Allocation, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
+
+/// One write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Insert or replace a node, and derive its plugin instances from its fingerprints.
+    UpsertNode {
+        /// The node as the client reports it.
+        node: Node,
+    },
+    /// Delete nodes and every plugin instance on them. Atomic: an unknown id fails all.
+    DeleteNodes {
+        /// The node ids.
+        ids: Vec<Id>,
+    },
+    /// Set a node's status (touches nothing else).
+    UpdateNodeStatus {
+        /// The node.
+        id: Id,
+        /// The new status.
+        status: NodeStatus,
+    },
+    /// Set a node's drain flag (touches nothing else).
+    UpdateNodeDrain {
+        /// The node.
+        id: Id,
+        /// Whether the node drains.
+        drain: bool,
+    },
+    /// Set a node's scheduling eligibility (touches nothing else).
+    UpdateNodeEligibility {
+        /// The node.
+        id: Id,
+        /// Whether the node is eligible.
+        eligible: bool,
+    },
+    /// Insert or replace allocations; server-terminal ones remove the plugin instances
+    /// they ran.
+    UpsertAllocs {
+        /// The allocations.
+        allocs: Vec<Allocation>,
+    },
+    /// Delete allocations (garbage collection); missing ids are skipped.
+    DeleteAllocs {
+        /// The alloc ids.
+        ids: Vec<Id>,
+    },
+    /// Register (or update the user fields of) volumes. Atomic.
+    RegisterVolumes {
+        /// The volumes.
+        volumes: Vec<CsiVolume>,
+    },
+    /// Deregister volumes of one namespace. Atomic.
+    DeregisterVolumes {
+        /// The namespace.
+        namespace: Id,
+        /// The volume ids (exact).
+        ids: Vec<Id>,
+        /// Deregister even if claimed, when every claiming alloc is gone or terminal.
+        force: bool,
+    },
+    /// Claim or release volumes. Atomic.
+    ClaimVolumes {
+        /// The claims, applied in order.
+        claims: Vec<VolumeClaimRequest>,
+    },
+}
+
+/// One claim of a [`Command::ClaimVolumes`] batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeClaimRequest {
+    /// The volume's namespace.
+    pub namespace: Id,
+    /// The volume id.
+    pub volume_id: Id,
+    /// The claim.
+    pub claim: CsiVolumeClaim,
+}
+
+impl Command {
+    /// A short name of the command's kind, for logs and spans.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::UpsertNode { .. } => "upsert_node",
+            Command::DeleteNodes { .. } => "delete_nodes",
+            Command::UpdateNodeStatus { .. } => "update_node_status",
+            Command::UpdateNodeDrain { .. } => "update_node_drain",
+            Command::UpdateNodeEligibility { .. } => "update_node_eligibility",
+            Command::UpsertAllocs { .. } => "upsert_allocs",
+            Command::DeleteAllocs { .. } => "delete_allocs",
+            Command::RegisterVolumes { .. } => "register_volumes",
+            Command::DeregisterVolumes { .. } => "deregister_volumes",
+            Command::ClaimVolumes { .. } => "claim_volumes",
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Node writes: upsert (with plugin derivation), delete, status, drain, eligibility.
+
+use std::sync::Arc;
+
+use crate::db::Key;
+use crate::model::{Id, Node, NodeStatus};
+
+use super::error::{Result, StateError};
+use super::tables::InstanceKind;
+use super::writer::Writer;
+
+/// Replaces node `n` and derives its plugin instances (SPEC §2 "Upsert node").
+pub(crate) fn upsert_node(w: &mut Writer, node: &Node) -> Result<()> {
+    if node.id.is_empty() {
+        return Err(StateError::MissingField {
+            what: "node",
+            field: "id",
+        });
+    }
+    for (key, info) in node
+        .csi_controller_plugins
+        .iter()
+        .chain(&node.csi_node_plugins)
+    {
+        if key.is_empty() || *key != info.plugin_id {
+            return Err(StateError::FingerprintMismatch {
+                node_id: node.id.clone(),
+                key: key.clone(),
+                plugin_id: info.plugin_id.clone(),
+            });
+        }
+    }
+    let mut node = node.clone();
+    let existing = w.view().node_by_id(&node.id);
+    node.create_index = existing.map_or(w.index, |n| n.create_index);
+    node.modify_index = w.index;
+    let node = Arc::new(node);
+    w.txn.insert(w.t.nodes, Arc::clone(&node))?;
+
+    for info in node.csi_controller_plugins.values() {
+        w.apply_fingerprint(&node.id, info)?;
+    }
+    for info in node.csi_node_plugins.values() {
+        w.apply_fingerprint(&node.id, info)?;
+    }
+    // The removal sweep, per kind: instances this node no longer reports.
+    for inst in w.instances_on_node(&node.id) {
+        let still_reported = match inst.kind {
+            InstanceKind::Controller => node.csi_controller_plugins.contains_key(&inst.plugin_id),
+            InstanceKind::Node => node.csi_node_plugins.contains_key(&inst.plugin_id),
+        };
+        if !still_reported {
+            w.remove_entry(inst.kind, &inst.plugin_id, &node.id)?;
+        }
+    }
+    w.flush_plugins()
+}
+
+/// Deletes nodes and every plugin instance on them (SPEC §2 "Delete nodes").
+pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
+    if ids.is_empty() {
+        return Err(StateError::EmptyRequest {
+            what: "delete nodes",
+        });
+    }
+    for id in ids {
+        if w.view().node_by_id(id).is_none() {
+            return Err(StateError::NodeNotFound(id.clone()));
+        }
+    }
+    for id in ids {
+        w.txn.delete(w.t.nodes, &Key::str(id))?;
+        // Through the plugins' instance index, not the node's own maps: an instance
+        // the node row no longer lists still goes.
+        for inst in w.instances_on_node(id) {
+            w.remove_entry(inst.kind, &inst.plugin_id, id)?;
+        }
+    }
+    w.flush_plugins()
+}
+
+/// Replaces a node with `change` applied, if that changes it. Never touches plugins.
+fn update_node(w: &mut Writer, id: &Id, change: impl FnOnce(&mut Node)) -> Result<()> {
+    let Some(stored) = w.view().node_by_id(id) else {
+        return Err(StateError::NodeNotFound(id.clone()));
+    };
+    let mut node = (*stored).clone();
+    change(&mut node);
+    if node == *stored {
+        return Ok(());
+    }
+    node.modify_index = w.index;
+    w.txn.insert(w.t.nodes, Arc::new(node))?;
+    Ok(())
+}
+
+pub(crate) fn update_status(w: &mut Writer, id: &Id, status: NodeStatus) -> Result<()> {
+    update_node(w, id, |n| n.status = status)
+}
+
+pub(crate) fn update_drain(w: &mut Writer, id: &Id, drain: bool) -> Result<()> {
+    update_node(w, id, |n| n.drain = drain)
+}
+
+pub(crate) fn update_eligibility(w: &mut Writer, id: &Id, eligible: bool) -> Result<()> {
+    update_node(w, id, |n| n.eligible = eligible)
+}

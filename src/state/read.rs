@@ -1,0 +1,186 @@
+//! Reads of the scheduler state, on a snapshot or inside a write.
+//!
+//! Every lookup by id is exact; prefix searches are separate calls. A view made from
+//! [`StateSnapshot::watched`](super::StateSnapshot::watched) records what each call
+//! read, so a blocking query wakes only when that changes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::db::{Key, KeyBuilder, View};
+use crate::model::{Allocation, ClientStatus, CsiPlugin, CsiVolume, DesiredStatus, Node};
+
+use super::tables::{Tables, names, volume_key};
+
+/// Typed reads of one version of the state.
+#[derive(Clone, Copy)]
+pub struct StateView<'a> {
+    pub(crate) view: View<'a>,
+    pub(crate) t: Tables,
+}
+
+impl<'a> StateView<'a> {
+    pub(crate) fn new(view: View<'a>, t: Tables) -> Self {
+        StateView { view, t }
+    }
+
+    /// The engine view underneath, for reads this type does not offer.
+    pub fn raw(&self) -> View<'a> {
+        self.view
+    }
+
+    /// The table handles.
+    pub fn tables(&self) -> Tables {
+        self.t
+    }
+
+    /// The node with exactly this id.
+    pub fn node_by_id(&self, id: &str) -> Option<Arc<Node>> {
+        self.view.get(self.t.nodes, &Key::str(id))
+    }
+
+    /// Every node, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = Arc<Node>> + 'a {
+        self.view.iter(self.t.nodes)
+    }
+
+    /// The allocation with exactly this id.
+    pub fn alloc_by_id(&self, id: &str) -> Option<Arc<Allocation>> {
+        self.view.get(self.t.allocs, &Key::str(id))
+    }
+
+    /// Every allocation, in id order.
+    pub fn allocs(&self) -> impl Iterator<Item = Arc<Allocation>> + 'a {
+        self.view.iter(self.t.allocs)
+    }
+
+    /// The allocations placed on a node, in alloc id order.
+    pub fn allocs_by_node(&self, node_id: &str) -> impl Iterator<Item = Arc<Allocation>> + 'a {
+        self.view.index_eq(self.t.allocs_by_node, &Key::str(node_id))
+    }
+
+    /// The allocations of a job, in alloc id order.
+    pub fn allocs_by_job(
+        &self,
+        namespace: &str,
+        job_id: &str,
+    ) -> impl Iterator<Item = Arc<Allocation>> + 'a {
+        let key = Key::builder().str(namespace).str(job_id).build();
+        self.view.index_eq(self.t.allocs_by_job, &key)
+    }
+
+    /// The plugin with exactly this id, as stored (its `allocations` are empty; see
+    /// [`csi_plugin_denormalize`](Self::csi_plugin_denormalize)).
+    pub fn csi_plugin_by_id(&self, id: &str) -> Option<Arc<CsiPlugin>> {
+        self.view.get(self.t.plugins, &Key::str(id))
+    }
+
+    /// Every plugin, in id order.
+    pub fn csi_plugins(&self) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
+        self.view.iter(self.t.plugins)
+    }
+
+    /// The plugins whose id starts with `prefix`, in id order.
+    pub fn csi_plugins_by_id_prefix(&self, prefix: &str) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
+        self.view
+            .prefix(self.t.plugins, KeyBuilder::new().str_prefix(prefix).as_bytes())
+    }
+
+    /// The volume `(namespace, id)`, denormalized from its plugin (SPEC §3).
+    pub fn csi_volume_by_id(&self, namespace: &str, id: &str) -> Option<CsiVolume> {
+        let stored = self.csi_volume_stored(namespace, id)?;
+        Some(self.csi_volume_denormalize(&stored))
+    }
+
+    /// The volume `(namespace, id)` exactly as stored.
+    pub fn csi_volume_stored(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
+        self.view.get(self.t.volumes, &volume_key(namespace, id))
+    }
+
+    /// Every volume of every namespace, in (namespace, id) order, as stored.
+    pub fn csi_volumes(&self) -> impl Iterator<Item = Arc<CsiVolume>> + 'a {
+        self.view.iter(self.t.volumes)
+    }
+
+    /// The volumes of `namespace` whose id starts with `prefix`, in id order.
+    pub fn csi_volumes_by_id_prefix(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> impl Iterator<Item = Arc<CsiVolume>> + 'a {
+        let key = KeyBuilder::new().str(namespace).str_prefix(prefix);
+        self.view.prefix(self.t.volumes, key.as_bytes())
+    }
+
+    /// The volumes of every namespace whose id starts with `prefix`, in (id,
+    /// namespace) order.
+    pub fn csi_volumes_by_id_prefix_all(
+        &self,
+        prefix: &str,
+    ) -> impl Iterator<Item = Arc<CsiVolume>> + 'a {
+        let key = KeyBuilder::new().str_prefix(prefix);
+        self.view.index_prefix(self.t.volumes_by_id, key.as_bytes())
+    }
+
+    /// The volumes of `namespace` served by `plugin_id`, in id order.
+    pub fn csi_volumes_by_plugin_id(
+        &self,
+        namespace: &str,
+        plugin_id: &str,
+    ) -> impl Iterator<Item = Arc<CsiVolume>> + 'a {
+        let key = Key::builder().str(plugin_id).str(namespace).build();
+        self.view.index_eq(self.t.volumes_by_plugin, &key)
+    }
+
+    /// The volumes requested by the allocations on `node_id` that are desired running
+    /// or client running, each once, in (namespace, id) order. A requested volume that
+    /// does not exist is skipped (Nomad stops the listing there).
+    pub fn csi_volumes_by_node_id(&self, node_id: &str) -> Vec<Arc<CsiVolume>> {
+        let mut wanted = BTreeSet::new();
+        for alloc in self.allocs_by_node(node_id) {
+            let live = alloc.desired_status == DesiredStatus::Run
+                || alloc.client_status == ClientStatus::Running;
+            if !live {
+                continue;
+            }
+            for req in &alloc.csi_volume_requests {
+                wanted.insert((alloc.namespace.clone(), req.volume_id.clone()));
+            }
+        }
+        wanted
+            .into_iter()
+            .filter_map(|(ns, id)| self.csi_volume_stored(&ns, &id))
+            .collect()
+    }
+
+    /// The log index of the last write that changed table `name` (see
+    /// [`names`](super::names)); 0 for an unknown name.
+    pub fn table_index(&self, name: &str) -> u64 {
+        self.view.table_index_by_name(name).unwrap_or(0)
+    }
+
+    /// The index of the last write that changed the plugins table.
+    pub fn plugins_index(&self) -> u64 {
+        self.view.table_index(self.t.plugins)
+    }
+
+    /// The index of the last write that changed the volumes table.
+    pub fn volumes_index(&self) -> u64 {
+        self.view.table_index(self.t.volumes)
+    }
+
+    /// The largest table index of the scheduler's tables.
+    pub fn latest_index(&self) -> u64 {
+        [names::NODES, names::ALLOCS, names::CSI_PLUGINS, names::CSI_VOLUMES]
+            .iter()
+            .map(|n| self.table_index(n))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The index of the last accepted write (moved even by writes that changed
+    /// nothing); the next write must be greater.
+    pub fn last_applied(&self) -> u64 {
+        self.view.last_applied()
+    }
+}

@@ -1,0 +1,385 @@
+//! The state store: the one place commands are applied, snapshots taken and blocking
+//! queries run.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::db::{CommitInfo, Db, QueryOptions, QueryResult, Snapshot, WatchSet};
+use crate::model::{
+    Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus,
+};
+
+use super::command::{Command, VolumeClaimRequest};
+use super::error::Result;
+use super::read::StateView;
+use super::tables::{PluginInstance, Tables};
+use super::writer::Writer;
+use super::{allocs, claims, nodes, volumes};
+
+/// The scheduler's state: nodes, allocations, CSI plugins and volumes, on the MVCC
+/// engine. Cheap to clone; every clone is the same store.
+///
+/// ```
+/// use std::sync::Arc;
+/// use schedstate::model::{CsiInfo, CsiNodeInfo, Node};
+/// use schedstate::state::StateStore;
+///
+/// let store = StateStore::new();
+/// let mut node = Node::new("node-1", "client-1");
+/// node.csi_node_plugins.insert(
+///     "ebs".into(),
+///     Arc::new(CsiInfo {
+///         plugin_id: "ebs".into(),
+///         alloc_id: "alloc-1".into(),
+///         healthy: true,
+///         provider: "ebs.csi.aws.com".into(),
+///         provider_version: "1.25.0".into(),
+///         node_info: Some(CsiNodeInfo::default()),
+///         ..Default::default()
+///     }),
+/// );
+/// store.upsert_node(10, node).unwrap();
+///
+/// let snap = store.snapshot();
+/// let plugin = snap.view().csi_plugin_by_id("ebs").unwrap();
+/// assert_eq!(plugin.provider, "ebs.csi.aws.com");
+/// assert_eq!((plugin.nodes_healthy(), plugin.nodes_expected()), (1, 1));
+/// assert_eq!(snap.view().plugins_index(), 10);
+/// ```
+#[derive(Clone, Debug)]
+pub struct StateStore {
+    db: Db,
+    t: Tables,
+}
+
+impl Default for StateStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One version of the state: immutable, O(1) to take, `Send + Sync + 'static`.
+#[derive(Clone, Debug)]
+pub struct StateSnapshot {
+    snap: Snapshot,
+    t: Tables,
+}
+
+impl StateSnapshot {
+    /// Reads without watching.
+    pub fn view(&self) -> StateView<'_> {
+        StateView::new(self.snap.view(), self.t)
+    }
+
+    /// Reads that record what they read into `ws`.
+    pub fn watched<'a>(&'a self, ws: &'a WatchSet) -> StateView<'a> {
+        StateView::new(self.snap.watched(ws), self.t)
+    }
+
+    /// The engine snapshot underneath.
+    pub fn raw(&self) -> &Snapshot {
+        &self.snap
+    }
+
+    /// A deterministic encoding (postcard) of every table and table index: two stores
+    /// fed the same commands at the same indexes give the same bytes.
+    ///
+    /// # Errors
+    /// An encoding error from postcard (not expected for these types).
+    pub fn canonical_bytes(&self) -> std::result::Result<Vec<u8>, postcard::Error> {
+        #[derive(Serialize)]
+        struct Canonical<'a> {
+            last_applied: u64,
+            table_indexes: Vec<(&'a str, u64)>,
+            nodes: Vec<Arc<Node>>,
+            allocs: Vec<Arc<Allocation>>,
+            plugins: Vec<Arc<CsiPlugin>>,
+            volumes: Vec<Arc<CsiVolume>>,
+            instances: Vec<Arc<PluginInstance>>,
+        }
+        let v = self.view();
+        let schema = self.snap.view();
+        let names: Vec<&str> = super::tables::names::ALL.to_vec();
+        let table_indexes = names
+            .into_iter()
+            .map(|n| (n, schema.table_index_by_name(n).unwrap_or(0)))
+            .collect();
+        let c = Canonical {
+            last_applied: v.last_applied(),
+            table_indexes,
+            nodes: v.nodes().collect(),
+            allocs: v.allocs().collect(),
+            plugins: v.csi_plugins().collect(),
+            volumes: v.csi_volumes().collect(),
+            instances: self.snap.view().iter(self.t.instances).collect(),
+        };
+        postcard::to_allocvec(&c)
+    }
+}
+
+impl StateStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        let (schema, t) = Tables::declare();
+        StateStore {
+            db: Db::new(schema),
+            t,
+        }
+    }
+
+    /// The engine underneath (for generic reads, watches and change sets).
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// The table handles.
+    pub fn tables(&self) -> Tables {
+        self.t
+    }
+
+    /// The current version, O(1).
+    pub fn snapshot(&self) -> StateSnapshot {
+        StateSnapshot {
+            snap: self.db.snapshot(),
+            t: self.t,
+        }
+    }
+
+    /// Applies `command` at log index `index`: all of it commits, or none of it and an
+    /// error saying why. The only way the state changes.
+    ///
+    /// # Errors
+    /// [`StateError`](super::StateError): a stale index, or whatever rule the command
+    /// breaks. The store is then exactly as it was.
+    pub fn apply(&self, index: u64, command: &Command) -> Result<CommitInfo> {
+        let span = tracing::debug_span!(
+            "apply",
+            kind = command.kind(),
+            index,
+            rows = tracing::field::Empty
+        );
+        let _enter = span.enter();
+        let mut w = Writer::new(self.db.begin_write(index)?, self.t);
+        let applied = match command {
+            Command::UpsertNode { node } => nodes::upsert_node(&mut w, node),
+            Command::DeleteNodes { ids } => nodes::delete_nodes(&mut w, ids),
+            Command::UpdateNodeStatus { id, status } => nodes::update_status(&mut w, id, *status),
+            Command::UpdateNodeDrain { id, drain } => nodes::update_drain(&mut w, id, *drain),
+            Command::UpdateNodeEligibility { id, eligible } => {
+                nodes::update_eligibility(&mut w, id, *eligible)
+            }
+            Command::UpsertAllocs { allocs } => allocs::upsert_allocs(&mut w, allocs),
+            Command::DeleteAllocs { ids } => allocs::delete_allocs(&mut w, ids),
+            Command::RegisterVolumes { volumes } => volumes::register_volumes(&mut w, volumes),
+            Command::DeregisterVolumes {
+                namespace,
+                ids,
+                force,
+            } => volumes::deregister_volumes(&mut w, namespace, ids, *force),
+            Command::ClaimVolumes { claims } => claims::claim_volumes(&mut w, claims),
+        };
+        if let Err(e) = applied {
+            tracing::debug!(error = %e, "rejected");
+            return Err(e);
+        }
+        let info = w.txn.commit()?;
+        span.record("rows", info.changes.len());
+        Ok(info)
+    }
+
+    /// Upserts a node and derives its plugin instances.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn upsert_node(&self, index: u64, node: Node) -> Result<CommitInfo> {
+        self.apply(index, &Command::UpsertNode { node })
+    }
+
+    /// Deletes nodes (atomic; an unknown id fails the whole write).
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn delete_nodes(&self, index: u64, ids: &[Id]) -> Result<CommitInfo> {
+        self.apply(index, &Command::DeleteNodes { ids: ids.to_vec() })
+    }
+
+    /// Sets a node's status.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn update_node_status(&self, index: u64, id: &str, status: NodeStatus) -> Result<CommitInfo> {
+        self.apply(index, &Command::UpdateNodeStatus { id: id.into(), status })
+    }
+
+    /// Sets a node's drain flag.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn update_node_drain(&self, index: u64, id: &str, drain: bool) -> Result<CommitInfo> {
+        self.apply(index, &Command::UpdateNodeDrain { id: id.into(), drain })
+    }
+
+    /// Sets a node's scheduling eligibility.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn update_node_eligibility(&self, index: u64, id: &str, eligible: bool) -> Result<CommitInfo> {
+        self.apply(index, &Command::UpdateNodeEligibility { id: id.into(), eligible })
+    }
+
+    /// Upserts allocations.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn upsert_allocs(&self, index: u64, allocs: Vec<Allocation>) -> Result<CommitInfo> {
+        self.apply(index, &Command::UpsertAllocs { allocs })
+    }
+
+    /// Deletes allocations (missing ids are skipped).
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn delete_allocs(&self, index: u64, ids: &[Id]) -> Result<CommitInfo> {
+        self.apply(index, &Command::DeleteAllocs { ids: ids.to_vec() })
+    }
+
+    /// Registers volumes (atomic batch).
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn csi_volume_register(&self, index: u64, volumes: Vec<CsiVolume>) -> Result<CommitInfo> {
+        self.apply(index, &Command::RegisterVolumes { volumes })
+    }
+
+    /// Deregisters volumes of one namespace (atomic batch).
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn csi_volume_deregister(
+        &self,
+        index: u64,
+        namespace: &str,
+        ids: &[Id],
+        force: bool,
+    ) -> Result<CommitInfo> {
+        self.apply(
+            index,
+            &Command::DeregisterVolumes {
+                namespace: namespace.into(),
+                ids: ids.to_vec(),
+                force,
+            },
+        )
+    }
+
+    /// Applies one claim (or release step) to a volume.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn csi_volume_claim(
+        &self,
+        index: u64,
+        namespace: &str,
+        volume_id: &str,
+        claim: CsiVolumeClaim,
+    ) -> Result<CommitInfo> {
+        let claims = vec![VolumeClaimRequest {
+            namespace: namespace.into(),
+            volume_id: volume_id.into(),
+            claim,
+        }];
+        self.apply(index, &Command::ClaimVolumes { claims })
+    }
+
+    /// Applies a batch of claims atomically.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn csi_volume_claims(&self, index: u64, claims: Vec<VolumeClaimRequest>) -> Result<CommitInfo> {
+        self.apply(index, &Command::ClaimVolumes { claims })
+    }
+
+    /// Runs `query` as a blocking query (SPEC §4): at once with `min_index` 0,
+    /// otherwise until the index it returns exceeds `min_index` or the wait passes.
+    /// The query's reads are what the wait watches.
+    pub fn blocking_query<T>(
+        &self,
+        opts: QueryOptions,
+        mut query: impl FnMut(StateView<'_>) -> (u64, T),
+    ) -> QueryResult<T> {
+        let t = self.t;
+        let res = self
+            .db
+            .blocking_query(opts, |v| Ok::<_, Infallible>(query(StateView::new(v, t))));
+        match res {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    }
+
+    /// The async form of [`blocking_query`](Self::blocking_query); `sleep` is your
+    /// runtime's timer (for tokio, `tokio::time::sleep`).
+    pub async fn blocking_query_async<T, S, SF>(
+        &self,
+        opts: QueryOptions,
+        sleep: S,
+        mut query: impl FnMut(StateView<'_>) -> (u64, T),
+    ) -> QueryResult<T>
+    where
+        S: FnOnce(Duration) -> SF,
+        SF: Future<Output = ()>,
+    {
+        let t = self.t;
+        let res = self
+            .db
+            .blocking_query_async(opts, sleep, |v| {
+                Ok::<_, Infallible>(query(StateView::new(v, t)))
+            })
+            .await;
+        match res {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    }
+
+    /// A plugin, denormalized, as a blocking query answering with the plugins table
+    /// index. Wakes when the plugin or one of its allocations changes.
+    pub fn blocking_csi_plugin(&self, opts: QueryOptions, id: &str) -> QueryResult<Option<CsiPlugin>> {
+        self.blocking_query(opts, |v| {
+            let plugin = v.csi_plugin_by_id(id).map(|p| v.csi_plugin_denormalize(&p));
+            (v.plugins_index(), plugin)
+        })
+    }
+
+    /// Every plugin, as a blocking query answering with the plugins table index.
+    pub fn blocking_csi_plugins(&self, opts: QueryOptions) -> QueryResult<Vec<Arc<CsiPlugin>>> {
+        self.blocking_query(opts, |v| (v.plugins_index(), v.csi_plugins().collect()))
+    }
+
+    /// A volume, denormalized, as a blocking query answering with the volumes table
+    /// index. Wakes when the volume, its plugin or a claiming allocation changes.
+    pub fn blocking_csi_volume(
+        &self,
+        opts: QueryOptions,
+        namespace: &str,
+        id: &str,
+    ) -> QueryResult<Option<CsiVolume>> {
+        self.blocking_query(opts, |v| (v.volumes_index(), v.csi_volume_by_id(namespace, id)))
+    }
+
+    /// The volumes of a namespace, as a blocking query answering with the volumes
+    /// table index.
+    pub fn blocking_csi_volumes(
+        &self,
+        opts: QueryOptions,
+        namespace: &str,
+    ) -> QueryResult<Vec<Arc<CsiVolume>>> {
+        self.blocking_query(opts, |v| {
+            (v.volumes_index(), v.csi_volumes_by_id_prefix(namespace, "").collect())
+        })
+    }
+}

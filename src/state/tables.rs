@@ -1,0 +1,145 @@
+//! The scheduler's tables and their indexes, declared on the generic engine.
+
+use serde::{Deserialize, Serialize};
+
+use crate::db::{Index, Key, Schema, Table};
+use crate::model::{Allocation, CsiPlugin, CsiVolume, Id, Node};
+
+/// Table names, as `table_index` takes them.
+pub mod names {
+    /// The nodes table.
+    pub const NODES: &str = "nodes";
+    /// The allocations table.
+    pub const ALLOCS: &str = "allocs";
+    /// The CSI plugins table.
+    pub const CSI_PLUGINS: &str = "csi_plugins";
+    /// The CSI volumes table.
+    pub const CSI_VOLUMES: &str = "csi_volumes";
+    /// The derived index of plugin instances (see [`PluginInstance`](super::PluginInstance)).
+    pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
+    /// Every table, in declaration order.
+    pub const ALL: [&str; 5] = [NODES, ALLOCS, CSI_PLUGINS, CSI_VOLUMES, CSI_PLUGIN_INSTANCES];
+}
+
+/// Which map of a plugin an instance lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum InstanceKind {
+    /// `CsiPlugin::controllers`.
+    Controller,
+    /// `CsiPlugin::nodes`.
+    Node,
+}
+
+impl InstanceKind {
+    fn tag(self) -> u64 {
+        match self {
+            InstanceKind::Controller => 0,
+            InstanceKind::Node => 1,
+        }
+    }
+}
+
+/// One entry of a plugin's `controllers` or `nodes` map, as its own row.
+///
+/// Derived data, written in the same transaction as the plugin entry it mirrors. It
+/// exists so that "the plugins holding an instance on node n" and "the instances of
+/// alloc a" are index lookups instead of a scan over every plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInstance {
+    /// The node the instance runs on.
+    pub node_id: Id,
+    /// Controller or node instance.
+    pub kind: InstanceKind,
+    /// The plugin.
+    pub plugin_id: Id,
+    /// The allocation running it (may be empty).
+    pub alloc_id: Id,
+}
+
+impl PluginInstance {
+    pub(crate) fn key(node_id: &str, kind: InstanceKind, plugin_id: &str) -> Key {
+        Key::builder()
+            .str(node_id)
+            .u64(kind.tag())
+            .str(plugin_id)
+            .build()
+    }
+}
+
+/// Handles of every table and index of the state store.
+#[derive(Debug, Clone, Copy)]
+pub struct Tables {
+    /// Nodes by id.
+    pub nodes: Table<Node>,
+    /// Allocations by id.
+    pub allocs: Table<Allocation>,
+    /// Allocations by node id.
+    pub allocs_by_node: Index<Allocation>,
+    /// Allocations by (namespace, job id).
+    pub allocs_by_job: Index<Allocation>,
+    /// Plugins by id.
+    pub plugins: Table<CsiPlugin>,
+    /// Volumes by (namespace, id).
+    pub volumes: Table<CsiVolume>,
+    /// Volumes by (plugin id, namespace).
+    pub volumes_by_plugin: Index<CsiVolume>,
+    /// Volumes by (id, namespace), for id-prefix searches across namespaces.
+    pub volumes_by_id: Index<CsiVolume>,
+    /// Plugin instances by (node id, kind, plugin id).
+    pub instances: Table<PluginInstance>,
+    /// Plugin instances by alloc id (instances with an empty alloc id are not indexed).
+    pub instances_by_alloc: Index<PluginInstance>,
+}
+
+/// The primary key of a volume.
+pub fn volume_key(namespace: &str, id: &str) -> Key {
+    Key::builder().str(namespace).str(id).build()
+}
+
+impl Tables {
+    /// Declares the tables on a new schema.
+    pub(crate) fn declare() -> (Schema, Tables) {
+        let mut s = Schema::new();
+        // Names are distinct constants, so declaring cannot fail; the expect documents
+        // an invariant of this function, not of any input.
+        let tables = (|| -> crate::db::Result<Tables> {
+            let nodes = s.table(names::NODES, |n: &Node| Key::str(&n.id))?;
+            let allocs = s.table(names::ALLOCS, |a: &Allocation| Key::str(&a.id))?;
+            let allocs_by_node =
+                s.index(allocs, "node", false, |a: &Allocation| Some(Key::str(&a.node_id)))?;
+            let allocs_by_job = s.index(allocs, "job", false, |a: &Allocation| {
+                Some(Key::builder().str(&a.namespace).str(&a.job_id).build())
+            })?;
+            let plugins = s.table(names::CSI_PLUGINS, |p: &CsiPlugin| Key::str(&p.id))?;
+            let volumes = s.table(names::CSI_VOLUMES, |v: &CsiVolume| {
+                volume_key(&v.namespace, &v.id)
+            })?;
+            let volumes_by_plugin = s.index(volumes, "plugin", false, |v: &CsiVolume| {
+                Some(Key::builder().str(&v.plugin_id).str(&v.namespace).build())
+            })?;
+            let volumes_by_id = s.index(volumes, "id", true, |v: &CsiVolume| {
+                Some(Key::builder().str(&v.id).str(&v.namespace).build())
+            })?;
+            let instances = s.table(names::CSI_PLUGIN_INSTANCES, |i: &PluginInstance| {
+                PluginInstance::key(&i.node_id, i.kind, &i.plugin_id)
+            })?;
+            let instances_by_alloc = s.index(instances, "alloc", false, |i: &PluginInstance| {
+                (!i.alloc_id.is_empty()).then(|| Key::str(&i.alloc_id))
+            })?;
+            Ok(Tables {
+                nodes,
+                allocs,
+                allocs_by_node,
+                allocs_by_job,
+                plugins,
+                volumes,
+                volumes_by_plugin,
+                volumes_by_id,
+                instances,
+                instances_by_alloc,
+            })
+        })()
+        .expect("the state schema declares distinct names");
+        (s, tables)
+    }
+}

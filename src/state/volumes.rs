@@ -1,0 +1,119 @@
+//! Volume registration and deregistration.
+
+use std::sync::Arc;
+
+use crate::model::{CsiVolume, Id};
+
+use super::error::{Result, StateError};
+use super::tables::volume_key;
+use super::writer::Writer;
+
+fn require(what: &'static str, field: &'static str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(StateError::MissingField { what, field });
+    }
+    Ok(())
+}
+
+/// Registers volumes, or updates the user fields of registered ones (SPEC §2
+/// "Register volumes"). Claims, modes and the create index of an existing volume are
+/// kept; a new volume starts unclaimed whatever the request carried.
+pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<()> {
+    if volumes.is_empty() {
+        return Err(StateError::EmptyRequest {
+            what: "register volumes",
+        });
+    }
+    for req in volumes {
+        require("volume", "id", &req.id)?;
+        require("volume", "namespace", &req.namespace)?;
+        require("volume", "plugin id", &req.plugin_id)?;
+        let plugin = w
+            .plugin(&req.plugin_id)
+            .ok_or_else(|| StateError::PluginNotFound(req.plugin_id.clone()))?;
+        let stored = w.view().csi_volume_stored(&req.namespace, &req.id);
+        let mut vol = match &stored {
+            Some(old) => {
+                let identity = [
+                    ("external id", &old.external_id, &req.external_id),
+                    ("plugin id", &old.plugin_id.to_string(), &req.plugin_id.to_string()),
+                    ("provider", &old.provider, &plugin.provider),
+                ];
+                for (field, old_value, new_value) in identity {
+                    if old_value != new_value {
+                        return Err(StateError::VolumeIdentityChanged {
+                            namespace: req.namespace.clone(),
+                            id: req.id.clone(),
+                            field,
+                            old: old_value.clone(),
+                            new: new_value.clone(),
+                        });
+                    }
+                }
+                (**old).clone()
+            }
+            None => {
+                let mut v = CsiVolume::new(req.namespace.clone(), req.id.clone(), req.plugin_id.clone());
+                v.external_id.clone_from(&req.external_id);
+                v.provider.clone_from(&plugin.provider);
+                v.create_index = w.index;
+                v
+            }
+        };
+        vol.name.clone_from(&req.name);
+        vol.topologies.clone_from(&req.topologies);
+        vol.requested_capabilities.clone_from(&req.requested_capabilities);
+        vol.mount_options.clone_from(&req.mount_options);
+        vol.secrets.clone_from(&req.secrets);
+        vol.parameters.clone_from(&req.parameters);
+        vol.context.clone_from(&req.context);
+        vol.controller_required = plugin.controller_required;
+        if stored.as_deref() == Some(&vol) {
+            continue;
+        }
+        vol.modify_index = w.index;
+        w.txn.insert(w.t.volumes, Arc::new(vol))?;
+    }
+    Ok(())
+}
+
+/// Deregisters volumes of one namespace (SPEC §2 "Deregister volumes").
+pub(crate) fn deregister_volumes(
+    w: &mut Writer,
+    namespace: &Id,
+    ids: &[Id],
+    force: bool,
+) -> Result<()> {
+    if ids.is_empty() {
+        return Err(StateError::EmptyRequest {
+            what: "deregister volumes",
+        });
+    }
+    for id in ids {
+        let vol = w
+            .view()
+            .csi_volume_stored(namespace, id)
+            .ok_or_else(|| StateError::VolumeNotFound {
+                namespace: namespace.clone(),
+                id: id.clone(),
+            })?;
+        for alloc_id in vol.read_allocs.iter().chain(&vol.write_allocs) {
+            // Allocs already gone count as safe; the others must be terminal, and only
+            // a forced deregistration accepts even that.
+            let blocking = match w.view().alloc_by_id(alloc_id) {
+                _ if !force => true,
+                Some(alloc) => !alloc.terminal(),
+                None => false,
+            };
+            if blocking {
+                return Err(StateError::VolumeInUse {
+                    namespace: namespace.clone(),
+                    id: id.clone(),
+                    alloc_id: alloc_id.clone(),
+                });
+            }
+        }
+        w.txn.delete(w.t.volumes, &volume_key(namespace, id))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,207 @@
+//! The context of one command being applied: its transaction, its index, and the
+//! plugin rows it is editing.
+//!
+//! Plugin rows are edited in place in a working copy (their instance maps are
+//! persistent, so the copy is O(1)) and written once, at the end of the command:
+//! deleted if the command emptied them, stored with `modify_index` = this index if the
+//! command changed them, left alone otherwise. That is what keeps an empty plugin from
+//! ever being stored, and a plugin that did not change from being rewritten.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::db::{Key, WriteTxn};
+use crate::model::{CsiInfo, CsiPlugin, Id};
+
+use super::StateView;
+use super::error::Result;
+use super::tables::{InstanceKind, PluginInstance, Tables};
+
+/// A plugin being edited by the current command.
+struct PluginEdit {
+    plugin: CsiPlugin,
+    existed: bool,
+    changed: bool,
+}
+
+/// The command in progress.
+pub(crate) struct Writer {
+    pub(crate) txn: WriteTxn,
+    pub(crate) t: Tables,
+    pub(crate) index: u64,
+    plugins: BTreeMap<Id, PluginEdit>,
+}
+
+impl Writer {
+    pub(crate) fn new(txn: WriteTxn, t: Tables) -> Writer {
+        let index = txn.index();
+        Writer {
+            txn,
+            t,
+            index,
+            plugins: BTreeMap::new(),
+        }
+    }
+
+    /// Reads of the transaction's state so far. Plugin edits not yet flushed are not
+    /// visible here; read plugins through [`plugin`](Self::plugin).
+    pub(crate) fn view(&self) -> StateView<'_> {
+        StateView::new(self.txn.view(), self.t)
+    }
+
+    /// The plugin as this command currently sees it.
+    pub(crate) fn plugin(&self, id: &str) -> Option<CsiPlugin> {
+        match self.plugins.get(id) {
+            Some(edit) if edit.plugin.is_empty() => None,
+            Some(edit) => Some(edit.plugin.clone()),
+            None => self.view().csi_plugin_by_id(id).map(|p| (*p).clone()),
+        }
+    }
+
+    /// Starts (or continues) editing plugin `id`; creates it if `create` and absent.
+    fn edit(&mut self, id: &Id, create: bool) -> Option<&mut PluginEdit> {
+        if !self.plugins.contains_key(id) {
+            let stored = self.txn.view().get(self.t.plugins, &Key::str(id));
+            let edit = match stored {
+                Some(p) => PluginEdit {
+                    plugin: (*p).clone(),
+                    existed: true,
+                    changed: false,
+                },
+                None if create => PluginEdit {
+                    plugin: CsiPlugin::new(id.clone(), self.index),
+                    existed: false,
+                    changed: true,
+                },
+                None => return None,
+            };
+            self.plugins.insert(id.clone(), edit);
+        }
+        self.plugins.get_mut(id)
+    }
+
+    /// Applies one fingerprint of node `node_id` (SPEC §2, upsert node).
+    pub(crate) fn apply_fingerprint(&mut self, node_id: &Id, info: &Arc<CsiInfo>) -> Result<()> {
+        let Some(edit) = self.edit(&info.plugin_id, info.healthy) else {
+            // An unhealthy report never creates a plugin.
+            return Ok(());
+        };
+        let p = &mut edit.plugin;
+        if p.provider != info.provider || p.version != info.provider_version {
+            p.provider.clone_from(&info.provider);
+            p.version.clone_from(&info.provider_version);
+            edit.changed = true;
+        }
+        if info.controller_info.is_some() {
+            if p.controller_required != info.requires_controller_plugin {
+                p.controller_required = info.requires_controller_plugin;
+                edit.changed = true;
+            }
+            if p.controllers.contains(node_id) || info.healthy {
+                self.set_entry(InstanceKind::Controller, node_id, info)?;
+            }
+        }
+        if info.node_info.is_some() {
+            let edit = self.plugins.get(&info.plugin_id);
+            let present = edit.is_some_and(|e| e.plugin.nodes.contains(node_id));
+            if present || info.healthy {
+                self.set_entry(InstanceKind::Node, node_id, info)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records `info` as the `kind` instance of its plugin on `node_id` (the plugin
+    /// must be under edit), keeping the instance row in step.
+    fn set_entry(&mut self, kind: InstanceKind, node_id: &Id, info: &Arc<CsiInfo>) -> Result<()> {
+        let Some(edit) = self.plugins.get_mut(&info.plugin_id) else {
+            return Ok(());
+        };
+        let map = match kind {
+            InstanceKind::Controller => &mut edit.plugin.controllers,
+            InstanceKind::Node => &mut edit.plugin.nodes,
+        };
+        let old = map.get(node_id);
+        if old.is_some_and(|o| **o == **info) {
+            // Same report (update time aside): nothing to change, nobody to wake.
+            return Ok(());
+        }
+        let alloc_changed = old.is_none_or(|o| o.alloc_id != info.alloc_id);
+        map.insert(node_id.clone(), Arc::clone(info));
+        edit.changed = true;
+        if alloc_changed {
+            let row = PluginInstance {
+                node_id: node_id.clone(),
+                kind,
+                plugin_id: info.plugin_id.clone(),
+                alloc_id: info.alloc_id.clone(),
+            };
+            self.txn.insert(self.t.instances, Arc::new(row))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the `kind` instance of `plugin_id` on `node_id`, if any. A plugin that no
+    /// longer exists is skipped; the instance row goes either way.
+    pub(crate) fn remove_entry(
+        &mut self,
+        kind: InstanceKind,
+        plugin_id: &Id,
+        node_id: &Id,
+    ) -> Result<()> {
+        self.txn.delete(
+            self.t.instances,
+            &PluginInstance::key(node_id, kind, plugin_id),
+        )?;
+        let Some(edit) = self.edit(plugin_id, false) else {
+            return Ok(());
+        };
+        let map = match kind {
+            InstanceKind::Controller => &mut edit.plugin.controllers,
+            InstanceKind::Node => &mut edit.plugin.nodes,
+        };
+        if map.remove(node_id).is_some() {
+            edit.changed = true;
+        }
+        Ok(())
+    }
+
+    /// The instance rows on `node_id`.
+    pub(crate) fn instances_on_node(&self, node_id: &str) -> Vec<Arc<PluginInstance>> {
+        self.txn
+            .view()
+            .prefix(self.t.instances, Key::str(node_id).as_bytes())
+            .collect()
+    }
+
+    /// The instance rows naming `alloc_id`.
+    pub(crate) fn instances_of_alloc(&self, alloc_id: &str) -> Vec<Arc<PluginInstance>> {
+        if alloc_id.is_empty() {
+            return Vec::new();
+        }
+        self.txn
+            .view()
+            .index_eq(self.t.instances_by_alloc, &Key::str(alloc_id))
+            .collect()
+    }
+
+    /// Writes every plugin the command changed: deleted if empty, stored otherwise.
+    pub(crate) fn flush_plugins(&mut self) -> Result<()> {
+        let edits = std::mem::take(&mut self.plugins);
+        for (id, edit) in edits {
+            if !edit.changed {
+                continue;
+            }
+            if edit.plugin.is_empty() {
+                if edit.existed {
+                    self.txn.delete(self.t.plugins, &Key::str(&id))?;
+                }
+                continue;
+            }
+            let mut plugin = edit.plugin;
+            plugin.modify_index = self.index;
+            self.txn.insert(self.t.plugins, Arc::new(plugin))?;
+        }
+        Ok(())
+    }
+}
