@@ -36,6 +36,14 @@ impl Shared {
     }
 }
 
+impl Drop for Shared {
+    /// The last handle is gone: nothing will ever commit again, so wake every waiter
+    /// instead of leaving it blocked until its deadline (or forever).
+    fn drop(&mut self) {
+        self.registry.get_mut().fire_all();
+    }
+}
+
 /// An in-memory MVCC database: named tables on persistent maps, O(1) snapshots, one
 /// writer at a time, exact watches.
 ///

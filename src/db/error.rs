@@ -1,7 +1,5 @@
 //! The engine's error type.
 
-use super::Key;
-
 /// Everything that can go wrong in the engine. Every failing call leaves the database
 /// (and, for transaction methods, the transaction) exactly as it was.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,8 +26,8 @@ pub enum Error {
         table: String,
         /// The unique index.
         index: String,
-        /// The index key held by the other row.
-        key: Key,
+        /// The index key held by the other row (decoded where possible).
+        key: String,
     },
     /// A schema declared two tables, or two indexes of one table, with the same name.
     #[error("duplicate name {0:?} in the schema")]

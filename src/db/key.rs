@@ -22,7 +22,14 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-/// An encoded, order-preserving key. Cheap to clone (one reference count).
+/// Keys up to this many encoded bytes live inline, without a heap allocation: a UUID
+/// (38 bytes encoded) and a compound of two UUIDs (76) both fit. Comparing inline keys
+/// reads only the tree node that holds them; a key behind a pointer costs a cache miss
+/// per comparison, and a lookup in a large table makes about twenty comparisons.
+const INLINE: usize = 78;
+
+/// An encoded, order-preserving key. Cheap to clone: short keys are copied inline,
+/// longer ones share one reference-counted buffer.
 ///
 /// ```
 /// use schedstate::db::Key;
@@ -31,8 +38,40 @@ use std::sync::Arc;
 /// assert!(a < b);
 /// assert!(a.starts_with(&Key::str("default")));
 /// ```
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key(Arc<[u8]>);
+#[derive(Clone)]
+pub struct Key(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Arc<[u8]>),
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
 
 impl Key {
     /// A key of one string component.
@@ -53,23 +92,37 @@ impl Key {
     /// Wraps bytes that are already encoded (for example a key read back from a change
     /// set or a file).
     pub fn from_encoded(bytes: &[u8]) -> Key {
-        Key(Arc::from(bytes))
+        if bytes.len() <= INLINE {
+            let mut inline = [0u8; INLINE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            // INLINE < 256, so the length fits a byte.
+            Key(Repr::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            })
+        } else {
+            Key(Repr::Heap(Arc::from(bytes)))
+        }
     }
 
     /// The encoded bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(b) => b,
+        }
     }
 
     /// Whether this key begins with the bytes of `prefix`.
     pub fn starts_with(&self, prefix: &[u8]) -> bool {
-        self.0.starts_with(prefix)
+        self.as_bytes().starts_with(prefix)
     }
 
     /// Decodes the string components of a key made only of string components
     /// (for messages and debugging). Returns `None` for any other shape.
     pub fn decode_strs(&self) -> Option<Vec<String>> {
-        decode_strs(&self.0)
+        decode_strs(self.as_bytes())
     }
 }
 
@@ -101,20 +154,22 @@ fn decode_strs(mut bytes: &[u8]) -> Option<Vec<String>> {
 
 impl Deref for Key {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
-        &self.0
+        self.as_bytes()
     }
 }
 
 impl Borrow<[u8]> for Key {
+    #[inline]
     fn borrow(&self) -> &[u8] {
-        &self.0
+        self.as_bytes()
     }
 }
 
 impl AsRef<[u8]> for Key {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        self.as_bytes()
     }
 }
 
@@ -122,7 +177,7 @@ impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.decode_strs() {
             Some(parts) => write!(f, "Key({})", parts.join("/")),
-            None => write!(f, "Key({:02x?})", &self.0[..]),
+            None => write!(f, "Key({:02x?})", self.as_bytes()),
         }
     }
 }
@@ -175,7 +230,7 @@ impl KeyBuilder {
 
     /// Finishes the key.
     pub fn build(self) -> Key {
-        Key(Arc::from(self.buf))
+        Key::from_encoded(&self.buf)
     }
 }
 
@@ -238,6 +293,16 @@ mod tests {
     fn integers_order_numerically() {
         assert!(Key::u64(2) < Key::u64(10));
         assert!(Key::u64(255) < Key::u64(256));
+    }
+
+    #[test]
+    fn long_keys_compare_like_short_ones() {
+        let long = "x".repeat(200);
+        let a = Key::builder().str(&long).str("a").build();
+        let b = Key::builder().str(&long).str("b").build();
+        assert!(a < b);
+        assert_eq!(a, Key::from_encoded(a.as_bytes()));
+        assert!(Key::str("x") < a);
     }
 
     #[test]

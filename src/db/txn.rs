@@ -212,7 +212,7 @@ impl WriteTxn {
                             return Err(Error::UniqueViolation {
                                 table: def.name.to_string(),
                                 index: index.name.clone(),
-                                key: k.clone(),
+                                key: format!("{k:?}"),
                             });
                         }
                     }

@@ -339,10 +339,13 @@ struct Waiter {
     signal: Arc<Signal>,
 }
 
+/// A watched range: its bounds and who waits on it.
+type RangeWaiter = (Bound<Vec<u8>>, Bound<Vec<u8>>, Waiter);
+
 #[derive(Default)]
 struct MapWatchers {
     exact: HashMap<Key, Vec<Waiter>>,
-    ranges: Vec<(Bound<Vec<u8>>, Bound<Vec<u8>>, Waiter)>,
+    ranges: Vec<RangeWaiter>,
 }
 
 #[derive(Default)]

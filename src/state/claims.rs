@@ -43,8 +43,9 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
     let mut v = w.view().csi_volume_denormalize(&stored);
     let alloc_id = &claim.alloc_id;
     if alloc_id.is_empty() {
-        // A garbage-collection claim: only persists the repaired past claims.
-        return store(w, v, &stored);
+        // A garbage-collection claim: only persists the repaired past claims, and
+        // moves the modify index even when there were none to repair.
+        return store(w, v, &stored, true);
     }
     let taking = claim.state == CsiVolumeClaimState::Taken
         && matches!(
@@ -66,7 +67,7 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
             // A release in progress: the alloc keeps its claim until it is freed.
             v.past_claims.insert(alloc_id.clone(), claim.clone());
         }
-        return store(w, v, &stored);
+        return store(w, v, &stored, false);
     }
 
     let write = claim.mode == CsiVolumeClaimMode::Write;
@@ -137,12 +138,14 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
     if v.attachment_mode == CsiVolumeAttachmentMode::Unknown {
         v.attachment_mode = claim.attachment_mode;
     }
-    store(w, v, &stored)
+    store(w, v, &stored, false)
 }
 
 /// Writes a volume decided on its denormalized copy back as a stored row: identity
-/// provider kept, controller requirement as last known, read-only fields cleared.
-fn store(w: &mut Writer, mut v: CsiVolume, stored: &CsiVolume) -> Result<()> {
+/// provider kept, controller requirement as last known, read-only fields cleared. A
+/// release step that changes nothing (repeated, or for an alloc without a claim) is
+/// not written unless `always`.
+fn store(w: &mut Writer, mut v: CsiVolume, stored: &CsiVolume, always: bool) -> Result<()> {
     v.provider.clone_from(&stored.provider);
     v.provider_version.clear();
     v.controllers_healthy = 0;
@@ -150,6 +153,9 @@ fn store(w: &mut Writer, mut v: CsiVolume, stored: &CsiVolume) -> Result<()> {
     v.nodes_healthy = 0;
     v.nodes_expected = 0;
     v.schedulable = false;
+    if !always && v == *stored {
+        return Ok(());
+    }
     v.modify_index = w.index;
     w.txn.insert(w.t.volumes, Arc::new(v))?;
     Ok(())

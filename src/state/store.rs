@@ -371,15 +371,19 @@ impl StateStore {
         self.blocking_query(opts, |v| (v.volumes_index(), v.csi_volume_by_id(namespace, id)))
     }
 
-    /// The volumes of a namespace, as a blocking query answering with the volumes
-    /// table index.
+    /// The volumes of a namespace, denormalized (as Nomad's list does), as a blocking
+    /// query answering with the volumes table index.
     pub fn blocking_csi_volumes(
         &self,
         opts: QueryOptions,
         namespace: &str,
-    ) -> QueryResult<Vec<Arc<CsiVolume>>> {
+    ) -> QueryResult<Vec<CsiVolume>> {
         self.blocking_query(opts, |v| {
-            (v.volumes_index(), v.csi_volumes_by_id_prefix(namespace, "").collect())
+            let vols = v
+                .csi_volumes_by_id_prefix(namespace, "")
+                .map(|vol| v.csi_volume_denormalize(&vol))
+                .collect();
+            (v.volumes_index(), vols)
         })
     }
 }

@@ -20,8 +20,40 @@ use super::tables::{InstanceKind, PluginInstance, Tables};
 /// A plugin being edited by the current command.
 struct PluginEdit {
     plugin: CsiPlugin,
-    existed: bool,
-    changed: bool,
+    /// The stored row the edit started from (`None`: created by this command).
+    original: Option<Arc<CsiPlugin>>,
+    /// The instance entries this command wrote or removed.
+    touched: Vec<(InstanceKind, Id)>,
+}
+
+impl PluginEdit {
+    /// Whether the edited plugin differs from the stored one. Compares only what the
+    /// command touched, so a value changed and changed back within one command (a
+    /// both-halves fingerprint recorded then swept, per-kind versions during a rolling
+    /// upgrade) is not rewritten and wakes nobody.
+    fn changed(&self) -> bool {
+        let Some(original) = &self.original else {
+            return true;
+        };
+        let (p, o) = (&self.plugin, &**original);
+        if p.provider != o.provider
+            || p.version != o.version
+            || p.controller_required != o.controller_required
+        {
+            return true;
+        }
+        self.touched.iter().any(|(kind, node)| {
+            let (now, before) = match kind {
+                InstanceKind::Controller => (p.controllers.get(node), o.controllers.get(node)),
+                InstanceKind::Node => (p.nodes.get(node), o.nodes.get(node)),
+            };
+            match (now, before) {
+                (None, None) => false,
+                (Some(a), Some(b)) => !(Arc::ptr_eq(a, b) || **a == **b),
+                _ => true,
+            }
+        })
+    }
 }
 
 /// The command in progress.
@@ -65,13 +97,13 @@ impl Writer {
             let edit = match stored {
                 Some(p) => PluginEdit {
                     plugin: (*p).clone(),
-                    existed: true,
-                    changed: false,
+                    original: Some(p),
+                    touched: Vec::new(),
                 },
                 None if create => PluginEdit {
                     plugin: CsiPlugin::new(id.clone(), self.index),
-                    existed: false,
-                    changed: true,
+                    original: None,
+                    touched: Vec::new(),
                 },
                 None => return None,
             };
@@ -90,13 +122,9 @@ impl Writer {
         if p.provider != info.provider || p.version != info.provider_version {
             p.provider.clone_from(&info.provider);
             p.version.clone_from(&info.provider_version);
-            edit.changed = true;
         }
         if info.controller_info.is_some() {
-            if p.controller_required != info.requires_controller_plugin {
-                p.controller_required = info.requires_controller_plugin;
-                edit.changed = true;
-            }
+            p.controller_required = info.requires_controller_plugin;
             if p.controllers.contains(node_id) || info.healthy {
                 self.set_entry(InstanceKind::Controller, node_id, info)?;
             }
@@ -128,7 +156,7 @@ impl Writer {
         }
         let alloc_changed = old.is_none_or(|o| o.alloc_id != info.alloc_id);
         map.insert(node_id.clone(), Arc::clone(info));
-        edit.changed = true;
+        edit.touched.push((kind, node_id.clone()));
         if alloc_changed {
             let row = PluginInstance {
                 node_id: node_id.clone(),
@@ -161,7 +189,7 @@ impl Writer {
             InstanceKind::Node => &mut edit.plugin.nodes,
         };
         if map.remove(node_id).is_some() {
-            edit.changed = true;
+            edit.touched.push((kind, node_id.clone()));
         }
         Ok(())
     }
@@ -189,13 +217,13 @@ impl Writer {
     pub(crate) fn flush_plugins(&mut self) -> Result<()> {
         let edits = std::mem::take(&mut self.plugins);
         for (id, edit) in edits {
-            if !edit.changed {
-                continue;
-            }
             if edit.plugin.is_empty() {
-                if edit.existed {
+                if edit.original.is_some() {
                     self.txn.delete(self.t.plugins, &Key::str(&id))?;
                 }
+                continue;
+            }
+            if !edit.changed() {
                 continue;
             }
             let mut plugin = edit.plugin;

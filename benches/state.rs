@@ -1,0 +1,130 @@
+//! Criterion benchmarks of the state layer: node upserts with plugin derivation at
+//! several cluster sizes, and plugin denormalization.
+//!
+//! The cluster follows the shape of the peer workload (see
+//! `../shared/peers/go-memdb/RESULTS.md` §4): every node runs node instances of two of
+//! ten plugins, every tenth node also a controller, ten allocations per node.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use schedstate::model::{
+    Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, Id, Node,
+};
+use schedstate::state::StateStore;
+
+const PLUGINS: u64 = 10;
+
+/// SplitMix64, the peer workload's generator.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn intn(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn uuid(&mut self) -> Id {
+        let (a, b) = (self.next(), self.next());
+        let h = format!("{a:016x}{b:016x}");
+        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]).into()
+    }
+}
+
+fn fingerprint(plugin: u64, alloc: &Id, controller: bool, healthy: bool) -> Arc<CsiInfo> {
+    Arc::new(CsiInfo {
+        plugin_id: format!("plugin-{plugin:02}").into(),
+        alloc_id: alloc.clone(),
+        healthy,
+        provider: format!("org.example.csi.driver-{plugin:02}"),
+        provider_version: "1.2.3".into(),
+        requires_controller_plugin: true,
+        controller_info: controller.then(CsiControllerInfo::default),
+        node_info: (!controller).then(CsiNodeInfo::default),
+        ..Default::default()
+    })
+}
+
+/// Loads `n` nodes (with their allocs) in batches; returns the store, the nodes and
+/// the next free index.
+fn cluster(n: usize) -> (StateStore, Vec<Node>, u64) {
+    let store = StateStore::new();
+    let mut g = SplitMix64(42);
+    let mut nodes = Vec::with_capacity(n);
+    let mut index = 1;
+    for i in 0..n {
+        let id = g.uuid();
+        let p1 = g.intn(PLUGINS);
+        let p2 = (p1 + 1 + g.intn(PLUGINS - 1)) % PLUGINS;
+        let allocs: Vec<Allocation> = (0..10)
+            .map(|j| Allocation {
+                id: g.uuid(),
+                namespace: "default".into(),
+                job_id: format!("job-{:03}", (i * 10 + j) % 500).into(),
+                task_group: "tg".into(),
+                node_id: id.clone(),
+                client_status: ClientStatus::Running,
+                ..Default::default()
+            })
+            .collect();
+        let mut node = Node::new(id, format!("node-{i:05}"));
+        let f1 = fingerprint(p1, &allocs[0].id, false, true);
+        let f2 = fingerprint(p2, &allocs[1].id, false, true);
+        node.csi_node_plugins.insert(f1.plugin_id.clone(), f1);
+        node.csi_node_plugins.insert(f2.plugin_id.clone(), f2);
+        if i % 10 == 0 {
+            let c = fingerprint(p1, &allocs[2].id, true, true);
+            node.csi_controller_plugins.insert(c.plugin_id.clone(), c);
+        }
+        store.upsert_allocs(index, allocs).expect("allocs");
+        store.upsert_node(index + 1, node.clone()).expect("node");
+        index += 2;
+        nodes.push(node);
+    }
+    (store, nodes, index)
+}
+
+fn upsert_node_txn(c: &mut Criterion) {
+    let mut group = c.benchmark_group("upsert_node_txn");
+    for n in [1_000usize, 10_000, 50_000] {
+        let (store, nodes, mut index) = cluster(n);
+        let mut g = SplitMix64(3001);
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            b.iter(|| {
+                let i = g.intn(n as u64) as usize;
+                let mut node = nodes[i].clone();
+                let key = node.csi_node_plugins.keys().next().cloned().expect("fingerprint");
+                let mut f = (*node.csi_node_plugins[&key]).clone();
+                f.healthy = !f.healthy;
+                node.csi_node_plugins.insert(key, Arc::new(f));
+                store.upsert_node(index, node).expect("upsert");
+                index += 1;
+            });
+        });
+    }
+    group.finish();
+}
+
+fn plugin_denormalize(c: &mut Criterion) {
+    let (store, _, _) = cluster(10_000);
+    let snap = store.snapshot();
+    let plugin = snap.view().csi_plugin_by_id("plugin-03").expect("plugin");
+    c.bench_function("plugin_denormalize_2k_allocs", |b| {
+        b.iter(|| black_box(snap.view().csi_plugin_denormalize(&plugin)));
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
+    targets = upsert_node_txn, plugin_denormalize
+}
+criterion_main!(benches);
