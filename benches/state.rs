@@ -35,7 +35,15 @@ impl SplitMix64 {
     fn uuid(&mut self) -> Id {
         let (a, b) = (self.next(), self.next());
         let h = format!("{a:016x}{b:016x}");
-        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]).into()
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+        .into()
     }
 }
 
@@ -101,7 +109,12 @@ fn upsert_node_txn(c: &mut Criterion) {
             b.iter(|| {
                 let i = g.intn(n as u64) as usize;
                 let mut node = nodes[i].clone();
-                let key = node.csi_node_plugins.keys().next().cloned().expect("fingerprint");
+                let key = node
+                    .csi_node_plugins
+                    .keys()
+                    .next()
+                    .cloned()
+                    .expect("fingerprint");
                 let mut f = (*node.csi_node_plugins[&key]).clone();
                 f.healthy = !f.healthy;
                 node.csi_node_plugins.insert(key, Arc::new(f));

@@ -119,7 +119,13 @@ impl Db {
                 last_applied: root.last_applied,
             });
         }
-        Ok(WriteTxn::new(Arc::clone(&self.shared), guard, root, index, false))
+        Ok(WriteTxn::new(
+            Arc::clone(&self.shared),
+            guard,
+            root,
+            index,
+            false,
+        ))
     }
 
     /// Begins a transaction that *replaces* the whole state (restoring a snapshot).

@@ -271,11 +271,7 @@ mod tests {
         let words = ["", "\0", "a", "a\0", "a\0b", "ab", "b", "\u{00ff}"];
         for x in words {
             for y in words {
-                assert_eq!(
-                    Key::str(x).cmp(&Key::str(y)),
-                    x.cmp(y),
-                    "{x:?} vs {y:?}"
-                );
+                assert_eq!(Key::str(x).cmp(&Key::str(y)), x.cmp(y), "{x:?} vs {y:?}");
             }
         }
     }

@@ -110,7 +110,9 @@ impl Schema {
         V: Any + Send + Sync,
         F: Fn(&V) -> Option<Key> + Send + Sync + 'static,
     {
-        self.multi_index(table, name, unique, move |row: &V| key(row).into_iter().collect())
+        self.multi_index(table, name, unique, move |row: &V| {
+            key(row).into_iter().collect()
+        })
     }
 
     /// Declares a secondary index with any number of keys per row (for example one per

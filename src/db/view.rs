@@ -11,11 +11,11 @@ use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::Key;
 use super::key::prefix_successor;
 use super::root::{Root, RowMap};
 use super::schema::{Index, Row, Table, TableId};
 use super::watch::{WatchItem, WatchSet};
-use super::Key;
 
 /// A read-only view of one database version.
 #[derive(Clone, Copy)]
@@ -102,7 +102,12 @@ impl<'a> View<'a> {
 
     /// Every row of `table` in primary-key order. Watches the whole table.
     pub fn iter<V: Any + Send + Sync>(&self, table: Table<V>) -> Rows<'a, V> {
-        self.scan(table.schema, table.id, 0, (Bound::Unbounded, Bound::Unbounded))
+        self.scan(
+            table.schema,
+            table.id,
+            0,
+            (Bound::Unbounded, Bound::Unbounded),
+        )
     }
 
     /// Rows whose primary key starts with `prefix`, in key order. Watches that range.
@@ -160,10 +165,9 @@ impl<'a> View<'a> {
     fn scan<V>(&self, schema: u64, table: TableId, map: usize, range: Range) -> Rows<'a, V> {
         self.watch_range(table, map, &range);
         let inner = match self.map(schema, table, map) {
-            Some(m) => RowsInner::Range(m.range::<_, [u8]>((
-                as_ref_bound(&range.0),
-                as_ref_bound(&range.1),
-            ))),
+            Some(m) => RowsInner::Range(
+                m.range::<_, [u8]>((as_ref_bound(&range.0), as_ref_bound(&range.1))),
+            ),
             None => RowsInner::One(None),
         };
         Rows {
@@ -188,7 +192,12 @@ impl<'a> View<'a> {
     /// The log index of the last commit that changed the table called `name`, or
     /// `None` for an unknown name.
     pub fn table_index_by_name(&self, name: &str) -> Option<u64> {
-        let pos = self.root.schema.tables.iter().position(|t| &*t.name == name)?;
+        let pos = self
+            .root
+            .schema
+            .tables
+            .iter()
+            .position(|t| &*t.name == name)?;
         self.root.table_index.get(pos).copied()
     }
 

@@ -39,7 +39,11 @@ const RANGE_COMPARE_LIMIT: usize = 4096;
 #[derive(Debug, Clone)]
 pub(crate) enum WatchItem {
     /// An exact key of map `map` (0 = primary) of `table`, present or absent.
-    Key { table: TableId, map: usize, key: Key },
+    Key {
+        table: TableId,
+        map: usize,
+        key: Key,
+    },
     /// A range of keys of one map.
     Range {
         table: TableId,
@@ -76,7 +80,11 @@ impl Signal {
             return None;
         }
         let listener = self.event.listen();
-        if self.is_fired() { None } else { Some(listener) }
+        if self.is_fired() {
+            None
+        } else {
+            Some(listener)
+        }
     }
 }
 

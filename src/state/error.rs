@@ -53,9 +53,7 @@ pub enum StateError {
         id: Id,
     },
     /// A registration tried to change a volume's identity.
-    #[error(
-        "volume {namespace}/{id}: identity cannot be updated ({field} {old:?} -> {new:?})"
-    )]
+    #[error("volume {namespace}/{id}: identity cannot be updated ({field} {old:?} -> {new:?})")]
     VolumeIdentityChanged {
         /// The namespace.
         namespace: Id,

@@ -56,7 +56,8 @@ impl<'a> StateView<'a> {
 
     /// The allocations placed on a node, in alloc id order.
     pub fn allocs_by_node(&self, node_id: &str) -> impl Iterator<Item = Arc<Allocation>> + 'a {
-        self.view.index_eq(self.t.allocs_by_node, &Key::str(node_id))
+        self.view
+            .index_eq(self.t.allocs_by_node, &Key::str(node_id))
     }
 
     /// The allocations of a job, in alloc id order.
@@ -81,9 +82,14 @@ impl<'a> StateView<'a> {
     }
 
     /// The plugins whose id starts with `prefix`, in id order.
-    pub fn csi_plugins_by_id_prefix(&self, prefix: &str) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
-        self.view
-            .prefix(self.t.plugins, KeyBuilder::new().str_prefix(prefix).as_bytes())
+    pub fn csi_plugins_by_id_prefix(
+        &self,
+        prefix: &str,
+    ) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
+        self.view.prefix(
+            self.t.plugins,
+            KeyBuilder::new().str_prefix(prefix).as_bytes(),
+        )
     }
 
     /// The volume `(namespace, id)`, denormalized from its plugin (SPEC §3).
@@ -171,11 +177,16 @@ impl<'a> StateView<'a> {
 
     /// The largest table index of the scheduler's tables.
     pub fn latest_index(&self) -> u64 {
-        [names::NODES, names::ALLOCS, names::CSI_PLUGINS, names::CSI_VOLUMES]
-            .iter()
-            .map(|n| self.table_index(n))
-            .max()
-            .unwrap_or(0)
+        [
+            names::NODES,
+            names::ALLOCS,
+            names::CSI_PLUGINS,
+            names::CSI_VOLUMES,
+        ]
+        .iter()
+        .map(|n| self.table_index(n))
+        .max()
+        .unwrap_or(0)
     }
 
     /// The index of the last accepted write (moved even by writes that changed

@@ -9,9 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::db::{CommitInfo, Db, QueryOptions, QueryResult, Snapshot, WatchSet};
-use crate::model::{
-    Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus,
-};
+use crate::model::{Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
 
 use super::command::{Command, VolumeClaimRequest};
 use super::error::Result;
@@ -211,8 +209,19 @@ impl StateStore {
     ///
     /// # Errors
     /// See [`apply`](Self::apply).
-    pub fn update_node_status(&self, index: u64, id: &str, status: NodeStatus) -> Result<CommitInfo> {
-        self.apply(index, &Command::UpdateNodeStatus { id: id.into(), status })
+    pub fn update_node_status(
+        &self,
+        index: u64,
+        id: &str,
+        status: NodeStatus,
+    ) -> Result<CommitInfo> {
+        self.apply(
+            index,
+            &Command::UpdateNodeStatus {
+                id: id.into(),
+                status,
+            },
+        )
     }
 
     /// Sets a node's drain flag.
@@ -220,15 +229,32 @@ impl StateStore {
     /// # Errors
     /// See [`apply`](Self::apply).
     pub fn update_node_drain(&self, index: u64, id: &str, drain: bool) -> Result<CommitInfo> {
-        self.apply(index, &Command::UpdateNodeDrain { id: id.into(), drain })
+        self.apply(
+            index,
+            &Command::UpdateNodeDrain {
+                id: id.into(),
+                drain,
+            },
+        )
     }
 
     /// Sets a node's scheduling eligibility.
     ///
     /// # Errors
     /// See [`apply`](Self::apply).
-    pub fn update_node_eligibility(&self, index: u64, id: &str, eligible: bool) -> Result<CommitInfo> {
-        self.apply(index, &Command::UpdateNodeEligibility { id: id.into(), eligible })
+    pub fn update_node_eligibility(
+        &self,
+        index: u64,
+        id: &str,
+        eligible: bool,
+    ) -> Result<CommitInfo> {
+        self.apply(
+            index,
+            &Command::UpdateNodeEligibility {
+                id: id.into(),
+                eligible,
+            },
+        )
     }
 
     /// Upserts allocations.
@@ -299,7 +325,11 @@ impl StateStore {
     ///
     /// # Errors
     /// See [`apply`](Self::apply).
-    pub fn csi_volume_claims(&self, index: u64, claims: Vec<VolumeClaimRequest>) -> Result<CommitInfo> {
+    pub fn csi_volume_claims(
+        &self,
+        index: u64,
+        claims: Vec<VolumeClaimRequest>,
+    ) -> Result<CommitInfo> {
         self.apply(index, &Command::ClaimVolumes { claims })
     }
 
@@ -348,7 +378,11 @@ impl StateStore {
 
     /// A plugin, denormalized, as a blocking query answering with the plugins table
     /// index. Wakes when the plugin or one of its allocations changes.
-    pub fn blocking_csi_plugin(&self, opts: QueryOptions, id: &str) -> QueryResult<Option<CsiPlugin>> {
+    pub fn blocking_csi_plugin(
+        &self,
+        opts: QueryOptions,
+        id: &str,
+    ) -> QueryResult<Option<CsiPlugin>> {
         self.blocking_query(opts, |v| {
             let plugin = v.csi_plugin_by_id(id).map(|p| v.csi_plugin_denormalize(&p));
             (v.plugins_index(), plugin)
@@ -368,7 +402,9 @@ impl StateStore {
         namespace: &str,
         id: &str,
     ) -> QueryResult<Option<CsiVolume>> {
-        self.blocking_query(opts, |v| (v.volumes_index(), v.csi_volume_by_id(namespace, id)))
+        self.blocking_query(opts, |v| {
+            (v.volumes_index(), v.csi_volume_by_id(namespace, id))
+        })
     }
 
     /// The volumes of a namespace, denormalized (as Nomad's list does), as a blocking

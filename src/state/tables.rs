@@ -18,7 +18,13 @@ pub mod names {
     /// The derived index of plugin instances (see [`PluginInstance`](super::PluginInstance)).
     pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
     /// Every table, in declaration order.
-    pub const ALL: [&str; 5] = [NODES, ALLOCS, CSI_PLUGINS, CSI_VOLUMES, CSI_PLUGIN_INSTANCES];
+    pub const ALL: [&str; 5] = [
+        NODES,
+        ALLOCS,
+        CSI_PLUGINS,
+        CSI_VOLUMES,
+        CSI_PLUGIN_INSTANCES,
+    ];
 }
 
 /// Which map of a plugin an instance lives in.
@@ -105,8 +111,9 @@ impl Tables {
         let tables = (|| -> crate::db::Result<Tables> {
             let nodes = s.table(names::NODES, |n: &Node| Key::str(&n.id))?;
             let allocs = s.table(names::ALLOCS, |a: &Allocation| Key::str(&a.id))?;
-            let allocs_by_node =
-                s.index(allocs, "node", false, |a: &Allocation| Some(Key::str(&a.node_id)))?;
+            let allocs_by_node = s.index(allocs, "node", false, |a: &Allocation| {
+                Some(Key::str(&a.node_id))
+            })?;
             let allocs_by_job = s.index(allocs, "job", false, |a: &Allocation| {
                 Some(Key::builder().str(&a.namespace).str(&a.job_id).build())
             })?;

@@ -36,7 +36,11 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
             Some(old) => {
                 let identity = [
                     ("external id", &old.external_id, &req.external_id),
-                    ("plugin id", &old.plugin_id.to_string(), &req.plugin_id.to_string()),
+                    (
+                        "plugin id",
+                        &old.plugin_id.to_string(),
+                        &req.plugin_id.to_string(),
+                    ),
                     ("provider", &old.provider, &plugin.provider),
                 ];
                 for (field, old_value, new_value) in identity {
@@ -53,7 +57,8 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
                 (**old).clone()
             }
             None => {
-                let mut v = CsiVolume::new(req.namespace.clone(), req.id.clone(), req.plugin_id.clone());
+                let mut v =
+                    CsiVolume::new(req.namespace.clone(), req.id.clone(), req.plugin_id.clone());
                 v.external_id.clone_from(&req.external_id);
                 v.provider.clone_from(&plugin.provider);
                 v.create_index = w.index;
@@ -62,7 +67,8 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
         };
         vol.name.clone_from(&req.name);
         vol.topologies.clone_from(&req.topologies);
-        vol.requested_capabilities.clone_from(&req.requested_capabilities);
+        vol.requested_capabilities
+            .clone_from(&req.requested_capabilities);
         vol.mount_options.clone_from(&req.mount_options);
         vol.secrets.clone_from(&req.secrets);
         vol.parameters.clone_from(&req.parameters);
@@ -90,13 +96,12 @@ pub(crate) fn deregister_volumes(
         });
     }
     for id in ids {
-        let vol = w
-            .view()
-            .csi_volume_stored(namespace, id)
-            .ok_or_else(|| StateError::VolumeNotFound {
+        let vol = w.view().csi_volume_stored(namespace, id).ok_or_else(|| {
+            StateError::VolumeNotFound {
                 namespace: namespace.clone(),
                 id: id.clone(),
-            })?;
+            }
+        })?;
         for alloc_id in vol.read_allocs.iter().chain(&vol.write_allocs) {
             // Allocs already gone count as safe; the others must be terminal, and only
             // a forced deregistration accepts even that.
