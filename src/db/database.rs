@@ -142,6 +142,15 @@ impl Db {
         WriteTxn::new(Arc::clone(&self.shared), guard, root, last_applied, true)
     }
 
+    /// Waits for the write in progress, then keeps writers out until the returned guard
+    /// is dropped, and hands over the version as of that moment. Readers are not
+    /// affected. Used to cut a consistent point (a snapshot plus a log rotation).
+    pub fn pause_writes(&self) -> (WritePause, Snapshot) {
+        let guard = self.shared.writer.lock_arc();
+        let snapshot = self.snapshot();
+        (WritePause { _guard: guard }, snapshot)
+    }
+
     /// Fires every registered watch (for example when the store is shut down), without
     /// changing the state.
     pub fn abandon(&self) {
@@ -162,6 +171,17 @@ impl Db {
     /// waiting watch sets. Diagnostic: dropped sets must bring it back to zero.
     pub fn registered_watches(&self) -> usize {
         self.shared.registry.lock().registered_items()
+    }
+}
+
+/// Keeps writers out while held (see [`Db::pause_writes`]).
+pub struct WritePause {
+    _guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+}
+
+impl std::fmt::Debug for WritePause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WritePause")
     }
 }
 

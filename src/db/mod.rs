@@ -22,7 +22,7 @@ mod view;
 mod watch;
 
 pub use blocking::{MAX_BLOCKING_WAIT, QueryOptions, QueryResult};
-pub use database::{Db, Snapshot};
+pub use database::{Db, Snapshot, WritePause};
 pub use error::{Error, Result};
 pub use key::{Key, KeyBuilder};
 pub use schema::{Index, Schema, Table};

@@ -173,11 +173,11 @@ impl TableDef {
                 let index = &self.indexes[m - 1];
                 let start = out.len();
                 (index.keys)(&**row, out);
-                if !index.unique {
-                    if let Some(pk) = (self.primary)(&**row) {
-                        for k in &mut out[start..] {
-                            *k = Key::builder().key(k).key(&pk).build();
-                        }
+                if !index.unique
+                    && let Some(pk) = (self.primary)(&**row)
+                {
+                    for k in &mut out[start..] {
+                        *k = Key::builder().key(k).key(&pk).build();
                     }
                 }
             }

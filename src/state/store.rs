@@ -12,9 +12,9 @@ use crate::db::{CommitInfo, Db, QueryOptions, QueryResult, Snapshot, WatchSet};
 use crate::model::{Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
 
 use super::command::{Command, VolumeClaimRequest};
-use super::error::Result;
+use super::error::{Result, StateError};
 use super::read::StateView;
-use super::tables::{PluginInstance, Tables};
+use super::tables::{Tables, names};
 use super::writer::Writer;
 use super::{allocs, claims, nodes, volumes};
 
@@ -83,8 +83,10 @@ impl StateSnapshot {
         &self.snap
     }
 
-    /// A deterministic encoding (postcard) of every table and table index: two stores
-    /// fed the same commands at the same indexes give the same bytes.
+    /// A deterministic encoding (postcard) of the state: last applied index, the table
+    /// indexes and rows of the four scheduler tables. Two stores fed the same commands
+    /// at the same indexes give the same bytes. The derived instance table is left out:
+    /// it is rebuilt from the plugins.
     ///
     /// # Errors
     /// An encoding error from postcard (not expected for these types).
@@ -97,14 +99,11 @@ impl StateSnapshot {
             allocs: Vec<Arc<Allocation>>,
             plugins: Vec<Arc<CsiPlugin>>,
             volumes: Vec<Arc<CsiVolume>>,
-            instances: Vec<Arc<PluginInstance>>,
         }
         let v = self.view();
-        let schema = self.snap.view();
-        let names: Vec<&str> = super::tables::names::ALL.to_vec();
-        let table_indexes = names
-            .into_iter()
-            .map(|n| (n, schema.table_index_by_name(n).unwrap_or(0)))
+        let table_indexes = names::STATE
+            .iter()
+            .map(|n| (*n, v.table_index(n)))
             .collect();
         let c = Canonical {
             last_applied: v.last_applied(),
@@ -113,7 +112,6 @@ impl StateSnapshot {
             allocs: v.allocs().collect(),
             plugins: v.csi_plugins().collect(),
             volumes: v.csi_volumes().collect(),
-            instances: self.snap.view().iter(self.t.instances).collect(),
         };
         postcard::to_allocvec(&c)
     }
@@ -139,6 +137,13 @@ impl StateStore {
         self.t
     }
 
+    /// Keeps writers out until the guard is dropped, and returns the version as of that
+    /// moment (see [`Db::pause_writes`]).
+    pub fn pause_writes(&self) -> (crate::db::WritePause, StateSnapshot) {
+        let (pause, snap) = self.db.pause_writes();
+        (pause, StateSnapshot { snap, t: self.t })
+    }
+
     /// The current version, O(1).
     pub fn snapshot(&self) -> StateSnapshot {
         StateSnapshot {
@@ -154,6 +159,23 @@ impl StateStore {
     /// [`StateError`](super::StateError): a stale index, or whatever rule the command
     /// breaks. The store is then exactly as it was.
     pub fn apply(&self, index: u64, command: &Command) -> Result<CommitInfo> {
+        self.apply_with(index, command, || Ok(()))
+    }
+
+    /// Like [`apply`](Self::apply), running `before_publish` after the command has been
+    /// applied in its transaction and before it is published. If the hook fails, the
+    /// write is abandoned and its error returned. This is where a write-ahead log
+    /// records the command: only commands that succeed are logged, and a command is
+    /// logged before anyone can see its effects.
+    ///
+    /// # Errors
+    /// The command's [`StateError`](super::StateError) (converted), or the hook's error.
+    pub fn apply_with<E: From<StateError>>(
+        &self,
+        index: u64,
+        command: &Command,
+        before_publish: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<CommitInfo, E> {
         let span = tracing::debug_span!(
             "apply",
             kind = command.kind(),
@@ -161,7 +183,8 @@ impl StateStore {
             rows = tracing::field::Empty
         );
         let _enter = span.enter();
-        let mut w = Writer::new(self.db.begin_write(index)?, self.t);
+        let txn = self.db.begin_write(index).map_err(StateError::from)?;
+        let mut w = Writer::new(txn, self.t);
         let applied = match command {
             Command::UpsertNode { node } => nodes::upsert_node(&mut w, node),
             Command::DeleteNodes { ids } => nodes::delete_nodes(&mut w, ids),
@@ -182,9 +205,10 @@ impl StateStore {
         };
         if let Err(e) = applied {
             tracing::debug!(error = %e, "rejected");
-            return Err(e);
+            return Err(e.into());
         }
-        let info = w.txn.commit()?;
+        before_publish()?;
+        let info = w.txn.commit().map_err(StateError::from)?;
         span.record("rows", info.changes.len());
         Ok(info)
     }

@@ -17,14 +17,8 @@ pub mod names {
     pub const CSI_VOLUMES: &str = "csi_volumes";
     /// The derived index of plugin instances (see [`PluginInstance`](super::PluginInstance)).
     pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
-    /// Every table, in declaration order.
-    pub const ALL: [&str; 5] = [
-        NODES,
-        ALLOCS,
-        CSI_PLUGINS,
-        CSI_VOLUMES,
-        CSI_PLUGIN_INSTANCES,
-    ];
+    /// The tables that make up the state (the instance table is derived from plugins).
+    pub const STATE: [&str; 4] = [NODES, ALLOCS, CSI_PLUGINS, CSI_VOLUMES];
 }
 
 /// Which map of a plugin an instance lives in.

@@ -246,8 +246,9 @@ pub fn last_applied(store: &StateStore) -> u64 {
 /// Every table index, by name.
 pub fn table_indexes(store: &StateStore) -> Vec<(&'static str, u64)> {
     let snap = store.snapshot();
-    names::ALL
+    names::STATE
         .iter()
+        .chain(&[names::CSI_PLUGIN_INSTANCES])
         .map(|n| (*n, snap.view().table_index(n)))
         .collect()
 }

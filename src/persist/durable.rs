@@ -1,0 +1,594 @@
+//! The durable store: a [`StateStore`] whose accepted writes survive a crash.
+//!
+//! A data directory holds at most one snapshot (`snapshot-<index>.snap`), the log
+//! segments written since (`wal-<seq>.log`) and a `LOCK` file. Opening loads the
+//! snapshot, replays the records after its index, truncates a torn tail, and takes an
+//! exclusive lock so that a second process cannot write. Compaction cuts a consistent
+//! point (the writer pauses only to take an O(1) snapshot and start a new segment),
+//! then writes the snapshot and deletes what it covers in the background.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::db::CommitInfo;
+use crate::state::{Command, StateSnapshot, StateStore};
+
+use super::error::{IoContext, PersistError, Result};
+use super::fsutil::{sync_dir, write_atomically};
+use super::snapshot::{read_snapshot, write_snapshot};
+use super::wal::{SEGMENT_HEADER_LEN, SegmentWriter, parse_segment_name, scan_segment};
+
+/// When a commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Every write is fsynced before `apply` returns (and before it is visible).
+    #[default]
+    EveryCommit,
+    /// Writes are fsynced before `apply` returns, but concurrent writers share one
+    /// fsync. A write becomes visible to readers a moment before it is durable.
+    Group,
+    /// Never fsync (tests, or state that is replicated anyway). A crash may lose the
+    /// writes the operating system had not yet flushed.
+    Never,
+}
+
+/// How to open a data directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// When commits are made durable.
+    pub sync: SyncPolicy,
+    /// Compact once the log written since the last snapshot passes this many bytes.
+    pub compact_after_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sync: SyncPolicy::EveryCommit,
+            compact_after_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A record cut short by a crash, removed when the store was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The segment.
+    pub path: PathBuf,
+    /// Where the torn record started (the file's new length).
+    pub offset: u64,
+    /// How many bytes were dropped.
+    pub bytes: u64,
+}
+
+/// What opening a data directory found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OpenReport {
+    /// The index of the snapshot loaded, if there was one.
+    pub snapshot_index: Option<u64>,
+    /// How many log records were replayed on top of it.
+    pub replayed: u64,
+    /// The last applied index after recovery.
+    pub last_applied: u64,
+    /// A torn record removed from the end of the log (read-only opens report it but
+    /// leave the file alone).
+    pub torn_tail: Option<TornTail>,
+    /// The log segments found, in order.
+    pub segments: Vec<PathBuf>,
+}
+
+/// The name of the snapshot taken at `index`.
+fn snapshot_name(index: u64) -> String {
+    format!("snapshot-{index:020}.snap")
+}
+
+fn parse_snapshot_name(name: &str) -> Option<u64> {
+    name.strip_prefix("snapshot-")?
+        .strip_suffix(".snap")?
+        .parse()
+        .ok()
+}
+
+/// The files of a data directory.
+#[derive(Debug, Default)]
+struct Listing {
+    snapshots: Vec<(u64, PathBuf)>,
+    segments: Vec<(u64, PathBuf)>,
+    temporaries: Vec<PathBuf>,
+}
+
+fn list(dir: &Path) -> Result<Listing> {
+    let mut l = Listing::default();
+    for entry in fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if let Some(index) = parse_snapshot_name(&name) {
+            l.snapshots.push((index, path));
+        } else if let Some(seq) = parse_segment_name(&name) {
+            l.segments.push((seq, path));
+        } else if name.ends_with(".tmp") {
+            l.temporaries.push(path);
+        }
+    }
+    l.snapshots.sort();
+    l.segments.sort();
+    Ok(l)
+}
+
+/// State recovered from a directory, before it is opened for writing.
+struct Recovered {
+    store: StateStore,
+    report: OpenReport,
+    /// The last segment: (seq, path, valid length, last index, torn header).
+    tail: Option<(u64, PathBuf, u64, u64, bool)>,
+    listing: Listing,
+}
+
+/// Loads the newest snapshot and replays the log after it. Changes no file.
+fn recover(dir: &Path) -> Result<Recovered> {
+    let listing = list(dir)?;
+    let store = StateStore::new();
+    let mut report = OpenReport::default();
+    let mut snap_index = 0;
+    if let Some((index, path)) = listing.snapshots.last() {
+        let mut file = std::io::BufReader::with_capacity(1 << 20, fs::File::open(path).at(path)?);
+        let header = read_snapshot(&mut file, path, &store)?;
+        if header.last_applied != *index {
+            return Err(PersistError::Corrupt {
+                path: path.clone(),
+                offset: 16,
+                reason: format!(
+                    "file name says index {index}, header says {}",
+                    header.last_applied
+                ),
+            });
+        }
+        snap_index = *index;
+        report.snapshot_index = Some(*index);
+    }
+
+    // The index of the last record seen in the log (before or after the snapshot):
+    // records must increase strictly across all segments.
+    let mut log_end: Option<u64> = None;
+    let mut expected_seq: Option<u64> = None;
+    let mut tail = None;
+    let count = listing.segments.len();
+    for (pos, (seq, path)) in listing.segments.iter().enumerate() {
+        let is_last = pos + 1 == count;
+        if let Some(expected) = expected_seq
+            && *seq != expected
+        {
+            return Err(PersistError::MissingSegment {
+                path: path.clone(),
+                reason: format!("expected segment {expected}, found {seq}"),
+            });
+        }
+        expected_seq = Some(seq + 1);
+        let mut seg_end = log_end;
+        let scan = scan_segment(path, is_last, |rec| {
+            if let Some(prev) = seg_end
+                && rec.index <= prev
+            {
+                return Err(PersistError::Corrupt {
+                    path: path.clone(),
+                    offset: rec.offset,
+                    reason: format!("log index {} does not follow {prev}", rec.index),
+                });
+            }
+            seg_end = Some(rec.index);
+            if rec.index <= snap_index {
+                // Already in the snapshot (a compaction stopped before deleting).
+                return Ok(());
+            }
+            store
+                .apply(rec.index, &rec.command)
+                .map_err(|source| PersistError::Replay {
+                    path: path.clone(),
+                    offset: rec.offset,
+                    index: rec.index,
+                    source: Box::new(source),
+                })?;
+            report.replayed += 1;
+            Ok(())
+        })?;
+        if !scan.torn_header {
+            if scan.seq != *seq {
+                return Err(PersistError::Corrupt {
+                    path: path.clone(),
+                    offset: 12,
+                    reason: format!("header says segment {}, file name says {seq}", scan.seq),
+                });
+            }
+            // The first segment must start at or before the snapshot, each later one
+            // exactly where the previous one ended.
+            let gap = match log_end {
+                None => scan.prev_index > snap_index,
+                Some(end) => scan.prev_index != end,
+            };
+            if gap {
+                return Err(PersistError::MissingSegment {
+                    path: path.clone(),
+                    reason: format!(
+                        "segment starts after index {}, but the log before it ends at {}",
+                        scan.prev_index,
+                        log_end.unwrap_or(snap_index)
+                    ),
+                });
+            }
+        }
+        log_end = Some(seg_end.unwrap_or(scan.prev_index));
+        if scan.torn_bytes > 0 {
+            report.torn_tail = Some(TornTail {
+                path: path.clone(),
+                offset: scan.valid_len,
+                bytes: scan.torn_bytes,
+            });
+        }
+        report.segments.push(path.clone());
+        if is_last {
+            let last = log_end.unwrap_or(snap_index).max(snap_index);
+            tail = Some((*seq, path.clone(), scan.valid_len, last, scan.torn_header));
+        }
+    }
+    report.last_applied = store.snapshot().view().last_applied();
+    Ok(Recovered {
+        store,
+        report,
+        tail,
+        listing,
+    })
+}
+
+/// Shared state of a durable store.
+struct Inner {
+    dir: PathBuf,
+    store: StateStore,
+    options: Options,
+    wal: Mutex<SegmentWriter>,
+    /// Bytes logged since the last snapshot.
+    logged: Mutex<u64>,
+    group: GroupSync,
+    compacting: Arc<AtomicBool>,
+    compactor: Mutex<Option<JoinHandle<Result<()>>>>,
+    _lock: fs::File,
+}
+
+/// Commits waiting for a shared fsync (group commit).
+#[derive(Default)]
+struct GroupSync {
+    state: Mutex<GroupState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct GroupState {
+    /// (segment, offset) known durable.
+    synced: (u64, u64),
+    syncing: bool,
+}
+
+/// A store whose accepted writes survive a crash. Reads go through
+/// [`store`](Self::store); writes through [`apply`](Self::apply).
+///
+/// ```
+/// use schedstate::model::Node;
+/// use schedstate::persist::{DurableStore, Options};
+/// use schedstate::state::Command;
+///
+/// let dir = std::env::temp_dir().join(format!("schedstate-doc-{}", std::process::id()));
+/// # let _ = std::fs::remove_dir_all(&dir);
+/// {
+///     let (db, _report) = DurableStore::open(&dir, Options::default()).unwrap();
+///     db.apply(1, &Command::UpsertNode { node: Node::new("n1", "client-1") }).unwrap();
+/// }
+/// let (db, report) = DurableStore::open(&dir, Options::default()).unwrap();
+/// assert_eq!(report.last_applied, 1);
+/// assert!(db.store().snapshot().view().node_by_id("n1").is_some());
+/// # drop(db);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct DurableStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DurableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DurableStore")
+            .field("dir", &self.inner.dir)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl DurableStore {
+    /// Opens (creating if needed) the data directory `dir` for reading and writing.
+    ///
+    /// # Errors
+    /// [`PersistError::Locked`] if another process has it open, and any corruption
+    /// found, named with its file and offset.
+    pub fn open(dir: impl AsRef<Path>, options: Options) -> Result<(DurableStore, OpenReport)> {
+        let dir = dir.as_ref().to_path_buf();
+        if dir.exists() && !dir.is_dir() {
+            return Err(PersistError::NotADirectory { path: dir });
+        }
+        fs::create_dir_all(&dir).at(&dir)?;
+        let lock_path = dir.join("LOCK");
+        let lock = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .at(&lock_path)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(PersistError::Locked { path: lock_path });
+            }
+            Err(fs::TryLockError::Error(source)) => {
+                return Err(PersistError::Io {
+                    path: lock_path,
+                    source,
+                });
+            }
+        }
+
+        let recovered = recover(&dir)?;
+        for tmp in &recovered.listing.temporaries {
+            fs::remove_file(tmp).at(tmp)?;
+        }
+        let last_applied = recovered.report.last_applied;
+        let writer = match recovered.tail.clone() {
+            Some((seq, path, len, last, torn_header)) => {
+                if torn_header {
+                    fs::remove_file(&path).at(&path)?;
+                    SegmentWriter::create(&dir, seq, last_applied)?
+                } else {
+                    if recovered.report.torn_tail.is_some() {
+                        let file = fs::OpenOptions::new().write(true).open(&path).at(&path)?;
+                        file.set_len(len).at(&path)?;
+                        file.sync_all().at(&path)?;
+                        tracing::warn!(path = %path.display(), offset = len, "truncated a torn log record");
+                    }
+                    SegmentWriter::reopen(path, seq, len, last)?
+                }
+            }
+            None => SegmentWriter::create(&dir, 1, last_applied)?,
+        };
+        let logged = writer.len.saturating_sub(SEGMENT_HEADER_LEN);
+        let inner = Inner {
+            dir,
+            store: recovered.store,
+            options,
+            wal: Mutex::new(writer),
+            logged: Mutex::new(logged),
+            group: GroupSync::default(),
+            compacting: Arc::new(AtomicBool::new(false)),
+            compactor: Mutex::new(None),
+            _lock: lock,
+        };
+        tracing::info!(
+            dir = %inner.dir.display(),
+            last_applied,
+            replayed = recovered.report.replayed,
+            "opened data directory"
+        );
+        Ok((
+            DurableStore {
+                inner: Arc::new(inner),
+            },
+            recovered.report,
+        ))
+    }
+
+    /// Loads the state of `dir` without taking the lock or changing any file (a torn
+    /// tail is reported, not truncated). For inspection tools: the result is a plain
+    /// in-memory store.
+    ///
+    /// # Errors
+    /// [`PersistError::NotADirectory`] if `dir` is missing, and any corruption found.
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<(StateStore, OpenReport)> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(PersistError::NotADirectory {
+                path: dir.to_path_buf(),
+            });
+        }
+        let recovered = recover(dir)?;
+        Ok((recovered.store, recovered.report))
+    }
+
+    /// The in-memory store: reads, snapshots, watches and blocking queries.
+    pub fn store(&self) -> &StateStore {
+        &self.inner.store
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Applies `command` at `index` and logs it; returns once it is durable under the
+    /// sync policy. A command the state rules refuse is not logged.
+    ///
+    /// # Errors
+    /// The command's [`StateError`](crate::state::StateError), or an I/O error of the
+    /// log (the write is then abandoned: not applied, not logged).
+    pub fn apply(&self, index: u64, command: &Command) -> Result<CommitInfo> {
+        let inner = &*self.inner;
+        let mut logged_at = (0, 0);
+        let info = inner.store.apply_with(index, command, || -> Result<()> {
+            let mut wal = inner.wal.lock();
+            let before = wal.len;
+            let end = wal.append(index, command)?;
+            if inner.options.sync == SyncPolicy::EveryCommit {
+                wal.sync()?;
+            }
+            logged_at = (wal.seq, end);
+            *inner.logged.lock() += end - before;
+            Ok(())
+        })?;
+        if inner.options.sync == SyncPolicy::Group {
+            self.group_sync(logged_at)?;
+        }
+        let logged = *inner.logged.lock();
+        if logged >= inner.options.compact_after_bytes {
+            self.start_compaction(true)?;
+        }
+        Ok(info)
+    }
+
+    /// Waits until the log is durable up to `at`, fsyncing for everyone waiting if
+    /// nobody else is.
+    fn group_sync(&self, at: (u64, u64)) -> Result<()> {
+        let g = &self.inner.group;
+        let mut state = g.state.lock();
+        loop {
+            if state.synced >= at {
+                return Ok(());
+            }
+            if !state.syncing {
+                break;
+            }
+            g.done.wait(&mut state);
+        }
+        state.syncing = true;
+        drop(state);
+        let (target, handle) = {
+            let wal = self.inner.wal.lock();
+            ((wal.seq, wal.len), wal.sync_handle())
+        };
+        let synced = handle.and_then(|f| {
+            f.sync_data().map_err(|source| PersistError::Io {
+                path: self.inner.dir.clone(),
+                source,
+            })
+        });
+        let mut state = g.state.lock();
+        state.syncing = false;
+        if synced.is_ok() && target > state.synced {
+            state.synced = target;
+        }
+        g.done.notify_all();
+        synced
+    }
+
+    /// Writes a snapshot now and deletes the log it covers; waits for it.
+    ///
+    /// # Errors
+    /// I/O errors writing the snapshot or removing old files.
+    pub fn compact(&self) -> Result<()> {
+        self.wait_for_compaction()?;
+        self.start_compaction(false)
+    }
+
+    /// Waits for a background compaction, if one is running, and returns its result.
+    ///
+    /// # Errors
+    /// The compaction's error.
+    pub fn wait_for_compaction(&self) -> Result<()> {
+        let handle = self.inner.compactor.lock().take();
+        match handle {
+            Some(h) => h.join().unwrap_or_else(|_| {
+                Err(PersistError::Corrupt {
+                    path: self.inner.dir.clone(),
+                    offset: 0,
+                    reason: "the compaction thread panicked".into(),
+                })
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Cuts a consistent point — writers pause while the O(1) snapshot is taken and a
+    /// new segment started — then writes the snapshot and removes what it covers,
+    /// on a thread if `background`.
+    fn start_compaction(&self, background: bool) -> Result<()> {
+        let inner = &self.inner;
+        if inner.compacting.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let cut = (|| -> Result<(StateSnapshot, u64)> {
+            let (pause, snap) = inner.store.pause_writes();
+            let mut wal = inner.wal.lock();
+            wal.sync()?;
+            let next = SegmentWriter::create(&inner.dir, wal.seq + 1, snap.view().last_applied())?;
+            let seq = next.seq;
+            *wal = next;
+            *inner.logged.lock() = 0;
+            drop(wal);
+            drop(pause);
+            Ok((snap, seq))
+        })();
+        let (snap, first_kept) = match cut {
+            Ok(cut) => cut,
+            Err(e) => {
+                inner.compacting.store(false, Ordering::Release);
+                return Err(e);
+            }
+        };
+        let dir = inner.dir.clone();
+        let flag = Arc::clone(&inner.compacting);
+        let job = move || {
+            let result = write_and_prune(&dir, &snap, first_kept);
+            flag.store(false, Ordering::Release);
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "compaction failed");
+            }
+            result
+        };
+        if background {
+            let previous = inner.compactor.lock().take();
+            if let Some(h) = previous {
+                let _ = h.join();
+            }
+            let handle = std::thread::Builder::new()
+                .name("schedstate-compact".into())
+                .spawn(job)
+                .at(&self.inner.dir)?;
+            *inner.compactor.lock() = Some(handle);
+            Ok(())
+        } else {
+            job()
+        }
+    }
+}
+
+/// Writes the snapshot of `snap`, then removes older snapshots and the segments before
+/// `first_kept`.
+fn write_and_prune(dir: &Path, snap: &StateSnapshot, first_kept: u64) -> Result<()> {
+    let index = snap.view().last_applied();
+    let path = dir.join(snapshot_name(index));
+    write_atomically(&path, |out| write_snapshot(snap, out, &path).map(|_| ()))?;
+    let listing = list(dir)?;
+    for (i, old) in &listing.snapshots {
+        if *i < index {
+            fs::remove_file(old).at(old)?;
+        }
+    }
+    for (seq, old) in &listing.segments {
+        if *seq < first_kept {
+            fs::remove_file(old).at(old)?;
+        }
+    }
+    sync_dir(dir)?;
+    tracing::info!(index, "compacted");
+    Ok(())
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(h) = self.compactor.get_mut().take() {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! Durability beside the state: the snapshot format, the write-ahead log of commands,
+//! and the durable store that recovers from them.
+//!
+//! - [`snapshot`](self::SnapshotHeader): the versioned, checksummed image of a whole
+//!   state; also [`StateStore::snapshot_to`](crate::state::StateStore::snapshot_to) /
+//!   [`restore_from`](crate::state::StateStore::restore_from) for any stream.
+//! - the log: one checksummed record per accepted [`Command`](crate::state::Command),
+//!   written before the command is visible.
+//! - [`DurableStore`]: open a data directory (snapshot + replay, torn-tail repair,
+//!   exclusive lock), apply commands durably, compact.
+
+mod durable;
+mod error;
+mod fsutil;
+mod snapshot;
+mod wal;
+
+pub use durable::{DurableStore, OpenReport, Options, SyncPolicy, TornTail};
+pub use error::{PersistError, Result};
+pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
+pub use wal::{WAL_MAGIC, WAL_VERSION};

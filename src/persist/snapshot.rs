@@ -1,0 +1,403 @@
+//! The snapshot format, version 1: the whole state in one checksummed stream.
+//!
+//! ```text
+//! file   := MAGIC "SCHEDSNP" | VERSION u32 | HEADER_LEN u32 | HEADER | HEADER_CRC u32
+//!           | BODY | BODY_CRC u32
+//! HEADER := postcard(SnapshotHeader)        (last applied index; per table: name,
+//!                                            table index, row count)
+//! BODY   := for each table of the header, in order, for each row:
+//!           LEN u32 | postcard(row)
+//! ```
+//! Integers are little-endian; checksums are CRC-32 (IEEE) — the header's covers
+//! everything before it, the body's the body. Rows are streamed: writing never holds a
+//! second copy of the state, and reading checks every length against a cap before
+//! allocating, so a forged length cannot make it allocate without bound. The derived
+//! plugin-instance table is not stored; restore rebuilds it from the plugins.
+
+use std::io::{self, Read, Write};
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use crate::state::{Restore, StateSnapshot, StateStore, names};
+
+use super::error::{PersistError, Result};
+
+/// The first bytes of every snapshot file.
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDSNP";
+/// The snapshot format version this build writes and reads.
+pub const SNAPSHOT_VERSION: u32 = 1;
+/// The largest header accepted.
+const MAX_HEADER: u32 = 1 << 20;
+/// The largest single row accepted.
+pub(crate) const MAX_ROW: u32 = 64 << 20;
+
+/// What a snapshot's header says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotHeader {
+    /// The last applied index of the state it holds.
+    pub last_applied: u64,
+    /// Per table: name, table index, number of rows.
+    pub tables: Vec<TableHeader>,
+}
+
+/// One table's entry in a snapshot header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableHeader {
+    /// The table's name (see [`names`]).
+    pub name: String,
+    /// Its table index.
+    pub index: u64,
+    /// How many rows follow in the body.
+    pub rows: u64,
+}
+
+/// A writer that counts bytes and checksums them.
+struct Output<'w, W: Write> {
+    w: &'w mut W,
+    bytes: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Output<'_, W> {
+    fn put(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.w.write_all(buf)?;
+        self.crc.update(buf);
+        self.bytes += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Writes the checksum of everything since the last one (not itself checksummed).
+    fn put_crc(&mut self) -> io::Result<()> {
+        let crc = std::mem::take(&mut self.crc).finalize();
+        self.w.write_all(&crc.to_le_bytes())?;
+        self.bytes += 4;
+        Ok(())
+    }
+}
+
+fn io_err(path: &Path) -> impl Fn(io::Error) -> PersistError + '_ {
+    move |source| PersistError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Writes `snap` in snapshot format to `out`; returns the number of bytes written.
+pub(crate) fn write_snapshot<W: Write>(
+    snap: &StateSnapshot,
+    out: &mut W,
+    path: &Path,
+) -> Result<u64> {
+    let v = snap.view();
+    let tables = names::STATE
+        .iter()
+        .map(|name| TableHeader {
+            name: (*name).to_string(),
+            index: v.table_index(name),
+            rows: match *name {
+                names::NODES => v.raw().len(v.tables().nodes),
+                names::ALLOCS => v.raw().len(v.tables().allocs),
+                names::CSI_PLUGINS => v.raw().len(v.tables().plugins),
+                _ => v.raw().len(v.tables().volumes),
+            } as u64,
+        })
+        .collect();
+    let header = SnapshotHeader {
+        last_applied: v.last_applied(),
+        tables,
+    };
+    let header_bytes = postcard::to_allocvec(&header)?;
+    let header_len = u32::try_from(header_bytes.len())
+        .ok()
+        .filter(|n| *n <= MAX_HEADER)
+        .ok_or_else(|| PersistError::Corrupt {
+            path: path.to_path_buf(),
+            offset: 16,
+            reason: "snapshot header too large".into(),
+        })?;
+    let mut o = Output {
+        w: out,
+        bytes: 0,
+        crc: crc32fast::Hasher::new(),
+    };
+    let e = io_err(path);
+    o.put(SNAPSHOT_MAGIC).map_err(&e)?;
+    o.put(&SNAPSHOT_VERSION.to_le_bytes()).map_err(&e)?;
+    o.put(&header_len.to_le_bytes()).map_err(&e)?;
+    o.put(&header_bytes).map_err(&e)?;
+    o.put_crc().map_err(&e)?;
+
+    let mut buf = Vec::with_capacity(4096);
+    let mut row = |o: &mut Output<'_, W>, value: &dyn erased::Row| -> Result<()> {
+        buf.clear();
+        value.encode(&mut buf)?;
+        let len = u32::try_from(buf.len())
+            .ok()
+            .filter(|n| *n <= MAX_ROW)
+            .ok_or_else(|| PersistError::Corrupt {
+                path: path.to_path_buf(),
+                offset: o.bytes,
+                reason: format!("row of {} bytes exceeds the row limit", buf.len()),
+            })?;
+        o.put(&len.to_le_bytes()).map_err(&e)?;
+        o.put(&buf).map_err(&e)
+    };
+    for n in v.nodes() {
+        row(&mut o, &*n)?;
+    }
+    for a in v.allocs() {
+        row(&mut o, &*a)?;
+    }
+    for p in v.csi_plugins() {
+        row(&mut o, &*p)?;
+    }
+    for vol in v.csi_volumes() {
+        row(&mut o, &*vol)?;
+    }
+    o.put_crc().map_err(&e)?;
+    o.w.flush().map_err(&e)?;
+    Ok(o.bytes)
+}
+
+mod erased {
+    //! Encoding rows of different types through one closure.
+    pub(super) trait Row {
+        fn encode(&self, buf: &mut Vec<u8>) -> Result<(), postcard::Error>;
+    }
+
+    impl<T: serde::Serialize> Row for T {
+        fn encode(&self, buf: &mut Vec<u8>) -> Result<(), postcard::Error> {
+            let bytes = postcard::to_extend(self, std::mem::take(buf))?;
+            *buf = bytes;
+            Ok(())
+        }
+    }
+}
+
+/// A reader that counts bytes and checksums them.
+struct Input<'r, R: Read> {
+    r: &'r mut R,
+    offset: u64,
+    crc: crc32fast::Hasher,
+    path: &'r Path,
+}
+
+impl<R: Read> Input<'_, R> {
+    fn take(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
+        self.r.read_exact(buf).map_err(|err| {
+            if err.kind() == io::ErrorKind::UnexpectedEof {
+                self.corrupt(format!("file ends inside {what}"))
+            } else {
+                PersistError::Io {
+                    path: self.path.to_path_buf(),
+                    source: err,
+                }
+            }
+        })?;
+        self.crc.update(buf);
+        self.offset += buf.len() as u64;
+        Ok(())
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        let mut b = [0u8; 4];
+        self.take(&mut b, what)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn corrupt(&self, reason: String) -> PersistError {
+        PersistError::Corrupt {
+            path: self.path.to_path_buf(),
+            offset: self.offset,
+            reason,
+        }
+    }
+
+    /// Reads a stored checksum and compares it with everything read since the last.
+    fn check_crc(&mut self, what: &'static str, start: u64) -> Result<()> {
+        let computed = std::mem::take(&mut self.crc).finalize();
+        let mut b = [0u8; 4];
+        self.r.read_exact(&mut b).map_err(|err| {
+            if err.kind() == io::ErrorKind::UnexpectedEof {
+                self.corrupt(format!("file ends inside the {what} checksum"))
+            } else {
+                PersistError::Io {
+                    path: self.path.to_path_buf(),
+                    source: err,
+                }
+            }
+        })?;
+        self.offset += 4;
+        if u32::from_le_bytes(b) != computed {
+            return Err(PersistError::Checksum {
+                path: self.path.to_path_buf(),
+                offset: start,
+                what,
+            });
+        }
+        Ok(())
+    }
+
+    fn row<T: DeserializeOwned>(&mut self, buf: &mut Vec<u8>) -> Result<T> {
+        let at = self.offset;
+        let len = self.u32("a row length")?;
+        if len > MAX_ROW {
+            return Err(self.corrupt(format!("row length {len} exceeds the row limit")));
+        }
+        buf.resize(len as usize, 0);
+        self.take(buf, "a row")?;
+        postcard::from_bytes(buf).map_err(|err| PersistError::Corrupt {
+            path: self.path.to_path_buf(),
+            offset: at,
+            reason: format!("row does not decode: {err}"),
+        })
+    }
+}
+
+/// Reads a snapshot from `input` into a restore of `store`, committing it only after
+/// every check passed. Returns the snapshot's header.
+pub(crate) fn read_snapshot<R: Read>(
+    input: &mut R,
+    path: &Path,
+    store: &StateStore,
+) -> Result<SnapshotHeader> {
+    let mut i = Input {
+        r: input,
+        offset: 0,
+        crc: crc32fast::Hasher::new(),
+        path,
+    };
+    let mut magic = [0u8; 8];
+    i.take(&mut magic, "the magic bytes")
+        .map_err(|_| PersistError::BadMagic {
+            path: path.to_path_buf(),
+            kind: "snapshot",
+        })?;
+    if &magic != SNAPSHOT_MAGIC {
+        return Err(PersistError::BadMagic {
+            path: path.to_path_buf(),
+            kind: "snapshot",
+        });
+    }
+    let version = i.u32("the format version")?;
+    if version != SNAPSHOT_VERSION {
+        return Err(PersistError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            version,
+            supported: SNAPSHOT_VERSION,
+        });
+    }
+    let header_len = i.u32("the header length")?;
+    if header_len > MAX_HEADER {
+        return Err(i.corrupt(format!("header length {header_len} exceeds the limit")));
+    }
+    let mut header_bytes = vec![0u8; header_len as usize];
+    i.take(&mut header_bytes, "the header")?;
+    i.check_crc("header", 0)?;
+    let header: SnapshotHeader =
+        postcard::from_bytes(&header_bytes).map_err(|err| PersistError::Corrupt {
+            path: path.to_path_buf(),
+            offset: 16,
+            reason: format!("header does not decode: {err}"),
+        })?;
+
+    let mut seen: Vec<&str> = Vec::new();
+    for table in &header.tables {
+        let known = names::STATE.contains(&table.name.as_str());
+        if !known || seen.contains(&table.name.as_str()) {
+            return Err(PersistError::Corrupt {
+                path: path.to_path_buf(),
+                offset: 16,
+                reason: format!("unexpected table {:?} in the header", table.name),
+            });
+        }
+        seen.push(&table.name);
+    }
+
+    let body_start = i.offset;
+    let mut restore = store.begin_restore(header.last_applied);
+    let mut buf = Vec::new();
+    for table in &header.tables {
+        restore.table_index(&table.name, table.index);
+        for _ in 0..table.rows {
+            read_row(&mut i, &mut restore, &table.name, &mut buf)?;
+        }
+    }
+    i.check_crc("body", body_start)?;
+    let mut extra = [0u8; 1];
+    match i.r.read(&mut extra) {
+        Ok(0) => {}
+        Ok(_) => return Err(i.corrupt("trailing bytes after the body checksum".into())),
+        Err(source) => {
+            return Err(PersistError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    }
+    restore.commit()?;
+    Ok(header)
+}
+
+fn read_row<R: Read>(
+    i: &mut Input<'_, R>,
+    restore: &mut Restore,
+    table: &str,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    match table {
+        names::NODES => restore.node(i.row::<Node>(buf)?)?,
+        names::ALLOCS => restore.alloc(i.row::<Allocation>(buf)?)?,
+        names::CSI_PLUGINS => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
+        names::CSI_VOLUMES => restore.volume(i.row::<CsiVolume>(buf)?)?,
+        other => return Err(i.corrupt(format!("unknown table {other:?} in the header"))),
+    }
+    Ok(())
+}
+
+impl StateStore {
+    /// Writes the current state in snapshot format to `out` (a file, a socket, a
+    /// replication stream). Returns the number of bytes written.
+    ///
+    /// # Errors
+    /// I/O errors of `out`.
+    ///
+    /// ```
+    /// use schedstate::state::StateStore;
+    /// let a = StateStore::new();
+    /// let mut bytes = Vec::new();
+    /// a.snapshot_to(&mut bytes).unwrap();
+    /// let b = StateStore::new();
+    /// b.restore_from(&mut bytes.as_slice()).unwrap();
+    /// assert_eq!(
+    ///     a.snapshot().canonical_bytes().unwrap(),
+    ///     b.snapshot().canonical_bytes().unwrap()
+    /// );
+    /// ```
+    pub fn snapshot_to<W: Write>(&self, out: &mut W) -> Result<u64> {
+        write_snapshot(&self.snapshot(), out, Path::new("<stream>"))
+    }
+
+    /// Replaces the whole state with the snapshot read from `input`, after checking
+    /// it entirely; every watch fires (the old state is abandoned). On error the store
+    /// is unchanged.
+    ///
+    /// # Errors
+    /// A [`PersistError`] naming what is wrong and where.
+    pub fn restore_from<R: Read>(&self, input: &mut R) -> Result<SnapshotHeader> {
+        read_snapshot(input, Path::new("<stream>"), self)
+    }
+}
+
+impl StateSnapshot {
+    /// Writes this version in snapshot format to `out`.
+    ///
+    /// # Errors
+    /// I/O errors of `out`.
+    pub fn write_to<W: Write>(&self, out: &mut W) -> Result<u64> {
+        write_snapshot(self, out, Path::new("<stream>"))
+    }
+}

@@ -1,0 +1,325 @@
+//! The write-ahead log: one checksummed record per applied command, in numbered
+//! segment files.
+//!
+//! ```text
+//! segment := MAGIC "SCHEDWAL" | VERSION u32 | SEQ u64 | PREV_INDEX u64 | CRC u32
+//!            | record*
+//! record  := LEN u32 | CRC u32 | postcard((index u64, Command))
+//! ```
+//! Little-endian integers, CRC-32 (IEEE). The header's CRC covers the 28 bytes before
+//! it; a record's CRC covers its LEN bytes and its payload, so a damaged length is
+//! caught too. `PREV_INDEX` is the index of the last record written before this
+//! segment: with the sequence number it proves that no segment is missing between a
+//! snapshot and the log, or between two segments.
+//!
+//! A record cut short by a crash can only be the last one of the last segment: there
+//! it is truncated and reported. A bad record anywhere else is corruption.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::state::Command;
+
+use super::error::{IoContext, PersistError, Result};
+use super::fsutil::sync_dir;
+
+/// The first bytes of every log segment.
+pub const WAL_MAGIC: &[u8; 8] = b"SCHEDWAL";
+/// The log format version this build writes and reads.
+pub const WAL_VERSION: u32 = 1;
+pub(crate) const SEGMENT_HEADER_LEN: u64 = 32;
+const RECORD_HEADER_LEN: u64 = 8;
+/// The largest record accepted.
+const MAX_RECORD: u32 = 64 << 20;
+
+/// The file name of segment `seq`.
+pub(crate) fn segment_name(seq: u64) -> String {
+    format!("wal-{seq:020}.log")
+}
+
+/// The sequence number of a segment file name.
+pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
+    name.strip_prefix("wal-")?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
+}
+
+fn record_crc(len: [u8; 4], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len);
+    h.update(payload);
+    h.finalize()
+}
+
+fn segment_header(seq: u64, prev_index: u64) -> [u8; SEGMENT_HEADER_LEN as usize] {
+    let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
+    h[0..8].copy_from_slice(WAL_MAGIC);
+    h[8..12].copy_from_slice(&WAL_VERSION.to_le_bytes());
+    h[12..20].copy_from_slice(&seq.to_le_bytes());
+    h[20..28].copy_from_slice(&prev_index.to_le_bytes());
+    let crc = crc32fast::hash(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// The segment being appended to.
+pub(crate) struct SegmentWriter {
+    pub(crate) path: PathBuf,
+    file: File,
+    pub(crate) seq: u64,
+    /// Bytes in the file (the offset of the next record).
+    pub(crate) len: u64,
+    /// Index of the last record written (or the segment's previous index).
+    pub(crate) last_index: u64,
+    /// A failed write could not be cut back: nothing more may be appended.
+    pub(crate) poisoned: bool,
+    buf: Vec<u8>,
+}
+
+impl SegmentWriter {
+    /// Creates segment `seq` in `dir`, durable (file and directory fsynced).
+    pub(crate) fn create(dir: &Path, seq: u64, prev_index: u64) -> Result<SegmentWriter> {
+        let path = dir.join(segment_name(seq));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .at(&path)?;
+        file.write_all(&segment_header(seq, prev_index)).at(&path)?;
+        file.sync_all().at(&path)?;
+        sync_dir(dir)?;
+        Ok(SegmentWriter {
+            path,
+            file,
+            seq,
+            len: SEGMENT_HEADER_LEN,
+            last_index: prev_index,
+            poisoned: false,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Reopens an existing, already validated segment for appending at `len`.
+    pub(crate) fn reopen(
+        path: PathBuf,
+        seq: u64,
+        len: u64,
+        last_index: u64,
+    ) -> Result<SegmentWriter> {
+        let file = OpenOptions::new().append(true).open(&path).at(&path)?;
+        Ok(SegmentWriter {
+            path,
+            file,
+            seq,
+            len,
+            last_index,
+            poisoned: false,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Appends the record of `command` at `index`. On a failed write the file is cut
+    /// back to where it was, so no partial record is left before the next one; if even
+    /// that fails the segment is poisoned and refuses further appends.
+    pub(crate) fn append(&mut self, index: u64, command: &Command) -> Result<u64> {
+        if self.poisoned {
+            return Err(PersistError::LogPoisoned);
+        }
+        self.buf.clear();
+        self.buf
+            .extend_from_slice(&[0u8; RECORD_HEADER_LEN as usize]);
+        let mut buf = postcard::to_extend(&(index, command), std::mem::take(&mut self.buf))?;
+        let payload_len = buf.len() - RECORD_HEADER_LEN as usize;
+        let len = u32::try_from(payload_len)
+            .ok()
+            .filter(|n| *n <= MAX_RECORD)
+            .ok_or_else(|| PersistError::Corrupt {
+                path: self.path.clone(),
+                offset: self.len,
+                reason: format!("command of {payload_len} bytes exceeds the record limit"),
+            })?;
+        let len_bytes = len.to_le_bytes();
+        let crc = record_crc(len_bytes, &buf[RECORD_HEADER_LEN as usize..]);
+        buf[0..4].copy_from_slice(&len_bytes);
+        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        let written = self.file.write_all(&buf);
+        self.buf = buf;
+        match written {
+            Ok(()) => {
+                self.len += self.buf.len() as u64;
+                self.last_index = index;
+                Ok(self.len)
+            }
+            Err(source) => {
+                if self.file.set_len(self.len).is_err() {
+                    self.poisoned = true;
+                }
+                Err(PersistError::Io {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Makes everything appended so far durable.
+    pub(crate) fn sync(&self) -> Result<()> {
+        self.file.sync_data().at(&self.path)
+    }
+
+    /// Another handle on the file, to fsync without holding the log.
+    pub(crate) fn sync_handle(&self) -> Result<File> {
+        self.file.try_clone().at(&self.path)
+    }
+}
+
+/// A record found by a scan.
+pub(crate) struct Record {
+    /// Offset of the record in its segment.
+    pub(crate) offset: u64,
+    /// The log index it was applied at.
+    pub(crate) index: u64,
+    /// The command.
+    pub(crate) command: Command,
+}
+
+/// What a scan of one segment found.
+pub(crate) struct Scan {
+    pub(crate) seq: u64,
+    pub(crate) prev_index: u64,
+    /// Length of the valid prefix of the file.
+    pub(crate) valid_len: u64,
+    /// Bytes after `valid_len` (a torn tail; only possible in the last segment).
+    pub(crate) torn_bytes: u64,
+    /// The header itself was torn (a crash while creating the segment).
+    pub(crate) torn_header: bool,
+}
+
+/// Reads segment `path`, calling `on_record` for each record in order. With `last`
+/// (the last segment), a torn tail is reported in the result instead of failing.
+pub(crate) fn scan_segment(
+    path: &Path,
+    last: bool,
+    mut on_record: impl FnMut(Record) -> Result<()>,
+) -> Result<Scan> {
+    let bytes = std::fs::read(path).at(path)?;
+    let total = bytes.len() as u64;
+    let corrupt = |offset: u64, reason: String| PersistError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    if total < SEGMENT_HEADER_LEN {
+        if bytes.len() >= 8 && &bytes[0..8] != WAL_MAGIC {
+            return Err(PersistError::BadMagic {
+                path: path.to_path_buf(),
+                kind: "log segment",
+            });
+        }
+        if last {
+            return Ok(Scan {
+                seq: 0,
+                prev_index: 0,
+                valid_len: 0,
+                torn_bytes: total,
+                torn_header: true,
+            });
+        }
+        return Err(corrupt(0, "segment shorter than its header".into()));
+    }
+    if &bytes[0..8] != WAL_MAGIC {
+        return Err(PersistError::BadMagic {
+            path: path.to_path_buf(),
+            kind: "log segment",
+        });
+    }
+    let u32_at =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    if u32_at(28) != crc32fast::hash(&bytes[0..28]) {
+        return Err(PersistError::Checksum {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: "segment header",
+        });
+    }
+    let version = u32_at(8);
+    if version != WAL_VERSION {
+        return Err(PersistError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            version,
+            supported: WAL_VERSION,
+        });
+    }
+    let seq = u64_at(12);
+    let prev_index = u64_at(20);
+
+    let mut at = SEGMENT_HEADER_LEN;
+    while at < total {
+        let remaining = total - at;
+        let torn = |reason: String| -> Result<Scan> {
+            if last {
+                Ok(Scan {
+                    seq,
+                    prev_index,
+                    valid_len: at,
+                    torn_bytes: remaining,
+                    torn_header: false,
+                })
+            } else {
+                Err(corrupt(at, reason))
+            }
+        };
+        if remaining < RECORD_HEADER_LEN {
+            return torn("record header cut short".into());
+        }
+        let p = at as usize;
+        let len = u32_at(p);
+        let stored_crc = u32_at(p + 4);
+        let end = at + RECORD_HEADER_LEN + u64::from(len);
+        if end > total {
+            return torn(format!(
+                "record of {len} bytes extends past the end of the segment"
+            ));
+        }
+        let payload = &bytes[p + 8..end as usize];
+        if record_crc(len.to_le_bytes(), payload) != stored_crc {
+            if end == total {
+                return torn("last record fails its checksum".into());
+            }
+            return Err(PersistError::Checksum {
+                path: path.to_path_buf(),
+                offset: at,
+                what: "log record",
+            });
+        }
+        if len > MAX_RECORD {
+            return Err(corrupt(
+                at,
+                format!("record length {len} exceeds the limit"),
+            ));
+        }
+        let (index, command): (u64, Command) = postcard::from_bytes(payload)
+            .map_err(|err| corrupt(at, format!("record does not decode: {err}")))?;
+        on_record(Record {
+            offset: at,
+            index,
+            command,
+        })?;
+        at = end;
+    }
+    Ok(Scan {
+        seq,
+        prev_index,
+        valid_len: total,
+        torn_bytes: 0,
+        torn_header: false,
+    })
+}
