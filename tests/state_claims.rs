@@ -709,3 +709,18 @@ fn claim_typed_methods_match_commands() {
     assert_eq!(keys(&h.stored("vol-2").write_allocs), ["a2"]);
     assert_eq!(h.volumes_index(), i + 1);
 }
+
+#[test]
+fn claim_write_with_read_only_access_mode_on_unclaimed_volume_is_refused() {
+    for m in [Access::SingleNodeReader, Access::MultiNodeReader] {
+        let mut h = cluster_any_caps();
+        let err = h.claim_rejected("vol", claim("a1", Mode::Write, m));
+        assert!(
+            matches!(err, StateError::ReadOnlyAccessMode { access_mode, .. } if access_mode == m),
+            "{m:?}: {err:?}"
+        );
+        let s = h.stored("vol");
+        assert!(s.write_allocs.is_empty());
+        assert_eq!(s.access_mode, Access::Unknown);
+    }
+}

@@ -105,6 +105,18 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
             mode: claim.mode,
         });
     }
+    if write
+        && v.access_mode == CsiVolumeAccessMode::Unknown
+        && claim.access_mode != CsiVolumeAccessMode::Unknown
+        && !claim.access_mode.can_write()
+    {
+        // Taken as is, it would set a read-only mode with a writer holding it.
+        return Err(StateError::ReadOnlyAccessMode {
+            namespace: namespace.clone(),
+            id: volume_id.clone(),
+            access_mode: claim.access_mode,
+        });
+    }
     if !free {
         return Err(StateError::MaxClaimsReached {
             namespace: namespace.clone(),

@@ -2,7 +2,7 @@
 //! the store exactly as it was.
 
 use crate::db;
-use crate::model::{CsiVolumeAttachmentMode, CsiVolumeClaimMode, Id};
+use crate::model::{CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeClaimMode, Id};
 
 /// Why a write was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,6 +87,16 @@ pub enum StateError {
         current: CsiVolumeAttachmentMode,
         /// The claim's mode.
         requested: CsiVolumeAttachmentMode,
+    },
+    /// A write claim asked for an access mode that cannot write.
+    #[error("volume {namespace}/{id}: a write claim cannot use access mode {access_mode:?}")]
+    ReadOnlyAccessMode {
+        /// The namespace.
+        namespace: Id,
+        /// The volume id.
+        id: Id,
+        /// The claim's access mode.
+        access_mode: CsiVolumeAccessMode,
     },
     /// The volume's plugin cannot serve a claim of that mode now.
     #[error("volume {namespace}/{id} is unschedulable for {mode:?} claims")]

@@ -23,8 +23,14 @@
 //! - Empty id lists are rejected for delete nodes, register, deregister and claim
 //!   batches; an empty alloc upsert or delete is an accepted no-op.
 //! - A newly registered volume starts unclaimed, whatever claims the request carried.
+//! - A write claim whose own access mode cannot write (single-node-reader-only,
+//!   multi-node-reader-only) is refused ([`StateError::ReadOnlyAccessMode`]): taken
+//!   on an unclaimed volume it would set a read-only mode with a writer holding it.
+//! - A release step that changes nothing (repeated, or for an alloc without a claim)
+//!   rewrites nothing; a gc claim always moves the volume's modify index.
 
 mod allocs;
+mod check;
 mod claims;
 mod command;
 mod denormalize;
@@ -37,6 +43,7 @@ mod tables;
 mod volumes;
 mod writer;
 
+pub use check::InvariantViolation;
 pub use command::{Command, VolumeClaimRequest};
 pub use error::{Result, StateError};
 pub use read::StateView;
