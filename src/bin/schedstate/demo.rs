@@ -1,0 +1,384 @@
+//! `demo`: a simulated cluster on a durable store, a blocking query printing its
+//! wake-ups, a progress bar, and a summary with the plugin table.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use schedstate::db::QueryOptions;
+use schedstate::persist::{DurableStore, Options, SyncPolicy};
+use schedstate::state::StateStore;
+
+use crate::DataDir;
+use crate::catalog::{PLUGINS, WATCHED_PLUGIN};
+use crate::output::{CliError, bytes, err, io_err, thousands};
+use crate::sim::Cluster;
+use crate::status::plugin_table;
+
+/// When the demo's commits are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyncArg {
+    /// fsync before every commit returns.
+    Every,
+    /// fsync before a commit returns, shared by concurrent writers.
+    Group,
+    /// No fsync.
+    Never,
+}
+
+impl SyncArg {
+    fn name(self) -> &'static str {
+        match self {
+            SyncArg::Every => "every",
+            SyncArg::Group => "group",
+            SyncArg::Never => "never",
+        }
+    }
+}
+
+/// Arguments of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub data: DataDir,
+    /// Client nodes in the simulated cluster.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(4..=20_000))]
+    pub nodes: u32,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub seconds: u64,
+    /// Run exactly this many simulation steps instead of for --seconds: the same seed
+    /// on the same state then gives the same state, whatever the machine's speed.
+    #[arg(long, conflicts_with = "seconds")]
+    pub steps: Option<u64>,
+    /// Start over: delete the data directory's files first.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Seed of the simulation: the same seed on the same state applies the same
+    /// commands (how many depends on the machine's speed).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// When commits are made durable.
+    #[arg(long, value_enum, default_value_t = SyncArg::Group)]
+    pub sync: SyncArg,
+}
+
+/// Prints lines above the progress bar, or plainly when there is no bar (not a
+/// terminal). A closed stdout is ignored.
+#[derive(Clone)]
+struct Printer(ProgressBar);
+
+impl Printer {
+    fn line(&self, s: &str) {
+        if self.0.is_hidden() {
+            let _ = writeln!(io::stdout().lock(), "{s}");
+        } else {
+            self.0.println(s);
+        }
+    }
+}
+
+/// Deletes a data directory for `--fresh`: only if no writer holds it and it holds
+/// nothing but the store's own files.
+fn wipe(dir: &Path) -> Result<(), CliError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if !dir.is_dir() {
+        return Err(err(format!("{}: not a data directory", dir.display())));
+    }
+    let lock_path = dir.join("LOCK");
+    let lock = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| io_err(&lock_path, &e))?;
+    if lock.try_lock().is_err() {
+        return Err(err(format!(
+            "{}: the data directory is locked by another process",
+            lock_path.display()
+        )));
+    }
+    let entries: Vec<_> = fs::read_dir(dir)
+        .map_err(|e| io_err(dir, &e))?
+        .filter_map(Result::ok)
+        .collect();
+    let ours = |name: &str| {
+        name == "LOCK"
+            || name.ends_with(".tmp")
+            || (name.starts_with("snapshot-") && name.ends_with(".snap"))
+            || (name.starts_with("wal-") && name.ends_with(".log"))
+    };
+    if let Some(other) = entries
+        .iter()
+        .find(|e| !ours(&e.file_name().to_string_lossy()))
+    {
+        return Err(err(format!(
+            "{}: holds {:?}, which is not a schedstate file; not deleting it (--fresh)",
+            dir.display(),
+            other.file_name()
+        )));
+    }
+    for e in &entries {
+        if e.file_name() != "LOCK" {
+            fs::remove_file(e.path()).map_err(|x| io_err(&e.path(), &x))?;
+        }
+    }
+    drop(lock);
+    fs::remove_file(&lock_path).map_err(|e| io_err(&lock_path, &e))?;
+    fs::remove_dir(dir).map_err(|e| io_err(dir, &e))
+}
+
+/// How many wake-ups to print: the first few, then at most one a second.
+const FIRST_WAKES: u64 = 5;
+const MAX_WAKE_LINES: u64 = 30;
+
+/// The blocking query on the watched plugin: runs until `stop`, printing wakes.
+/// Returns (wakes, last index seen).
+fn watch(store: StateStore, stop: Arc<AtomicBool>, out: Printer) -> (u64, u64) {
+    let id = PLUGINS[WATCHED_PLUGIN].id;
+    let first = store.blocking_csi_plugin(QueryOptions::default(), id);
+    // The plugins table starts at index 0; wait for anything after that.
+    let mut min = first.index.max(1);
+    let (mut wakes, mut printed) = (0u64, 0u64);
+    let mut last_print = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let r = store.blocking_csi_plugin(QueryOptions::new(min, Duration::from_millis(200)), id);
+        if r.index <= min {
+            continue; // the wait passed without a change
+        }
+        min = r.index;
+        wakes += 1;
+        let due = wakes <= FIRST_WAKES || last_print.elapsed() >= Duration::from_secs(1);
+        if due && printed < MAX_WAKE_LINES {
+            printed += 1;
+            last_print = Instant::now();
+            let what = match &r.value {
+                Some(p) => format!(
+                    "controllers {}/{} healthy, nodes {}/{} healthy, {} allocations",
+                    p.controllers_healthy(),
+                    p.controllers_expected(),
+                    p.nodes_healthy(),
+                    p.nodes_expected(),
+                    p.allocations.len()
+                ),
+                None => "absent".to_string(),
+            };
+            out.line(&format!(
+                "  wake {:>5}  index {:>7}  {id}: {what}",
+                thousands(wakes),
+                thousands(r.index)
+            ));
+        }
+    }
+    (wakes, min)
+}
+
+/// How to run this binary again, for the hints at the end.
+fn invocation() -> String {
+    if std::env::var_os("CARGO_MANIFEST_DIR").is_some() {
+        if cfg!(debug_assertions) {
+            "cargo run --".into()
+        } else {
+            "cargo run --release --".into()
+        }
+    } else {
+        "schedstate".into()
+    }
+}
+
+/// `demo`.
+pub fn run(args: &DemoArgs) -> Result<(), CliError> {
+    let dir = &args.data.dir;
+    if args.fresh {
+        wipe(dir)?;
+    }
+    let sync = match args.sync {
+        SyncArg::Every => SyncPolicy::EveryCommit,
+        SyncArg::Group => SyncPolicy::Group,
+        SyncArg::Never => SyncPolicy::Never,
+    };
+    let options = Options {
+        sync,
+        // Small, so that a run shows a compaction (a snapshot and a new log segment).
+        compact_after_bytes: 256 << 10,
+    };
+    let (db, report) = DurableStore::open(dir, options)?;
+    let started_at = report.last_applied;
+    let pb = ProgressBar::with_draw_target(
+        Some(args.steps.unwrap_or(args.seconds * 1000)),
+        ProgressDrawTarget::stdout_with_hz(10),
+    );
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>3} [{bar:25}] {msg}")
+            .map_err(|e| err(format!("progress bar: {e}")))?
+            .progress_chars("=> "),
+    );
+    let out = Printer(pb.clone());
+    let resumed = if started_at == 0 {
+        "new".to_string()
+    } else {
+        format!("resuming after index {}", thousands(started_at))
+    };
+    let budget = match args.steps {
+        Some(n) => format!("{n} steps"),
+        None => format!("{} s", args.seconds),
+    };
+    out.line(&format!(
+        "schedstate demo: {} ({resumed}), {} nodes, {budget}, seed {}, sync {}",
+        dir.display(),
+        args.nodes,
+        args.seed,
+        args.sync.name()
+    ));
+    out.line(&format!(
+        "Watching plugin {} with a blocking query (each wake prints its index):",
+        PLUGINS[WATCHED_PLUGIN].id
+    ));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (store, stop, out) = (db.store().clone(), Arc::clone(&stop), out.clone());
+        thread::Builder::new()
+            .name("demo-watch".into())
+            .spawn(move || watch(store, stop, out))
+            .map_err(|e| err(format!("starting the watcher thread: {e}")))?
+    };
+
+    let start = Instant::now();
+    let total = Duration::from_secs(args.seconds);
+    let mut cluster = Cluster::new(&db, args.nodes as usize, args.seed);
+    let result = (|| -> Result<(), CliError> {
+        cluster.boot()?;
+        for e in cluster.events.drain(..) {
+            out.line(&format!("  {e}"));
+        }
+        let v = db.store().snapshot();
+        out.line(&format!(
+            "  index {}: cluster up: {} nodes, {} plugins, {} volumes",
+            thousands(cluster.next - 1),
+            v.view().nodes().count(),
+            v.view().csi_plugins().count(),
+            v.view().csi_volumes().count()
+        ));
+        let mut last_draw = Instant::now();
+        let mut steps = 0;
+        loop {
+            let elapsed = start.elapsed();
+            // Where the run is, out of 1,000: by steps if given, else by time.
+            let progress = match args.steps {
+                Some(n) => steps * 1000 / n.max(1),
+                None => (elapsed.as_millis() * 1000 / total.as_millis().max(1)) as u64,
+            };
+            if progress >= 1000 {
+                break;
+            }
+            if !cluster.stopped && progress >= 400 {
+                cluster.stop_plugin_job()?;
+            }
+            for e in cluster.events.drain(..) {
+                out.line(&format!("  {e}"));
+            }
+            cluster.step()?;
+            steps += 1;
+            if last_draw.elapsed() >= Duration::from_millis(100) {
+                last_draw = Instant::now();
+                pb.set_position(match args.steps {
+                    Some(_) => steps,
+                    None => elapsed.as_millis() as u64,
+                });
+                let rate = cluster.stats.commands as f64 / elapsed.as_secs_f64().max(1e-3);
+                pb.set_message(format!(
+                    "index {} · {:.0}/s · {} unhealthy",
+                    thousands(cluster.next - 1),
+                    rate,
+                    cluster.unhealthy_now()
+                ));
+            }
+        }
+        if !cluster.stopped {
+            cluster.stop_plugin_job()?;
+        }
+        for e in cluster.events.drain(..) {
+            out.line(&format!("  {e}"));
+        }
+        Ok(())
+    })();
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Release);
+    let (wakes, last_wake) = watcher.join().unwrap_or((0, 0));
+    pb.finish_and_clear();
+    result?;
+    db.wait_for_compaction()?;
+
+    let s = &cluster.stats;
+    let last = cluster.next - 1;
+    let mut text = String::new();
+    text.push_str(&format!(
+        "\nApplied {} commands (index {} → {}) in {:.1} s: {:.0} commits/s (sync {})\n",
+        thousands(s.commands),
+        thousands(started_at + 1),
+        thousands(last),
+        elapsed.as_secs_f64(),
+        s.commands as f64 / elapsed.as_secs_f64().max(1e-3),
+        args.sync.name()
+    ));
+    text.push_str(&format!(
+        "  health: {} instances went unhealthy, {} recovered; {} plugin allocations replaced\n",
+        thousands(s.unhealthy),
+        thousands(s.recovered),
+        thousands(s.restarts)
+    ));
+    text.push_str(&format!(
+        "  volumes: {} registered, {} deregistered; {} claims taken, {} released\n",
+        thousands(s.registered),
+        thousands(s.deregistered),
+        thousands(s.claims),
+        thousands(s.releases)
+    ));
+    text.push_str(&format!(
+        "  nodes: {} status and drain changes; {} finished allocations garbage-collected\n",
+        thousands(s.node_changes),
+        thousands(s.gc_allocs)
+    ));
+    text.push_str(&format!(
+        "Blocking query on plugin {} woke {} times (last at index {})\n",
+        PLUGINS[WATCHED_PLUGIN].id,
+        thousands(wakes),
+        thousands(last_wake)
+    ));
+    let files: Vec<(String, u64)> = fs::read_dir(dir)
+        .map_err(|e| io_err(dir, &e))?
+        .filter_map(Result::ok)
+        .filter_map(|e| Some((e.file_name().into_string().ok()?, e.metadata().ok()?.len())))
+        .collect();
+    let snaps = files.iter().filter(|(n, _)| n.ends_with(".snap")).count();
+    let segs = files.iter().filter(|(n, _)| n.ends_with(".log")).count();
+    let size: u64 = files.iter().map(|(_, l)| l).sum();
+    text.push_str(&format!(
+        "Data directory {}: {} snapshot(s), {} log segment(s), {}\n\n",
+        dir.display(),
+        snaps,
+        segs,
+        bytes(size)
+    ));
+    text.push_str(&plugin_table(&db.store().snapshot().view()));
+    drop(db);
+    let run = invocation();
+    let d = dir.display();
+    text.push_str(&format!(
+        "\nLook inside (works while a demo runs):\n  {run} plugin status --data {d}\n  \
+         {run} plugin status {} --data {d}\n  {run} volume status --data {d}\n  \
+         {run} node status --data {d}\n  {run} inspect --verify --data {d}\n",
+        PLUGINS[WATCHED_PLUGIN].id
+    ));
+    crate::output::emit(&text)
+}
