@@ -173,7 +173,34 @@ fn recover(dir: &Path) -> Result<Recovered> {
         }
         expected_seq = Some(seq + 1);
         let mut seg_end = log_end;
-        let scan = scan_segment(path, is_last, |rec| {
+        // The header is checked before any record is replayed: a missing segment is
+        // reported as such, not as the first record that fails to replay without it.
+        let on_header = |header_seq: u64, prev_index: u64| -> Result<()> {
+            if header_seq != *seq {
+                return Err(PersistError::Corrupt {
+                    path: path.clone(),
+                    offset: 12,
+                    reason: format!("header says segment {header_seq}, file name says {seq}"),
+                });
+            }
+            // The first segment must start at or before the snapshot, each later one
+            // exactly where the previous one ended.
+            let gap = match log_end {
+                None => prev_index > snap_index,
+                Some(end) => prev_index != end,
+            };
+            if gap {
+                return Err(PersistError::MissingSegment {
+                    path: path.clone(),
+                    reason: format!(
+                        "segment starts after index {prev_index}, but the log before it ends at {}",
+                        log_end.unwrap_or(snap_index)
+                    ),
+                });
+            }
+            Ok(())
+        };
+        let scan = scan_segment(path, is_last, on_header, |rec| {
             if let Some(prev) = seg_end
                 && rec.index <= prev
             {
@@ -199,31 +226,6 @@ fn recover(dir: &Path) -> Result<Recovered> {
             report.replayed += 1;
             Ok(())
         })?;
-        if !scan.torn_header {
-            if scan.seq != *seq {
-                return Err(PersistError::Corrupt {
-                    path: path.clone(),
-                    offset: 12,
-                    reason: format!("header says segment {}, file name says {seq}", scan.seq),
-                });
-            }
-            // The first segment must start at or before the snapshot, each later one
-            // exactly where the previous one ended.
-            let gap = match log_end {
-                None => scan.prev_index > snap_index,
-                Some(end) => scan.prev_index != end,
-            };
-            if gap {
-                return Err(PersistError::MissingSegment {
-                    path: path.clone(),
-                    reason: format!(
-                        "segment starts after index {}, but the log before it ends at {}",
-                        scan.prev_index,
-                        log_end.unwrap_or(snap_index)
-                    ),
-                });
-            }
-        }
         log_end = Some(seg_end.unwrap_or(scan.prev_index));
         if scan.torn_bytes > 0 {
             report.torn_tail = Some(TornTail {
@@ -359,7 +361,12 @@ impl DurableStore {
                         file.sync_all().at(&path)?;
                         tracing::warn!(path = %path.display(), offset = len, "truncated a torn log record");
                     }
-                    SegmentWriter::reopen(path, seq, len, last)?
+                    let writer = SegmentWriter::reopen(path, seq, len, last)?;
+                    // Records replayed from the page cache may not be on disk yet
+                    // (written, not synced, before a crash): make them durable before
+                    // anything new depends on them.
+                    writer.sync()?;
+                    writer
                 }
             }
             None => SegmentWriter::create(&dir, 1, last_applied)?,
@@ -441,8 +448,10 @@ impl DurableStore {
             self.group_sync(logged_at)?;
         }
         let logged = *inner.logged.lock();
-        if logged >= inner.options.compact_after_bytes {
-            self.start_compaction(true)?;
+        if logged >= inner.options.compact_after_bytes
+            && let Some(result) = self.start_compaction(true)
+        {
+            result?;
         }
         Ok(info)
     }
@@ -487,8 +496,15 @@ impl DurableStore {
     /// # Errors
     /// I/O errors writing the snapshot or removing old files.
     pub fn compact(&self) -> Result<()> {
-        self.wait_for_compaction()?;
-        self.start_compaction(false)
+        loop {
+            // A background compaction may start between the wait and ours: then wait
+            // for it too, and try again.
+            self.wait_for_compaction()?;
+            if let Some(result) = self.start_compaction(false) {
+                return result;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Waits for a background compaction, if one is running, and returns its result.
@@ -512,11 +528,17 @@ impl DurableStore {
     /// Cuts a consistent point — writers pause while the O(1) snapshot is taken and a
     /// new segment started — then writes the snapshot and removes what it covers,
     /// on a thread if `background`.
-    fn start_compaction(&self, background: bool) -> Result<()> {
+    /// Returns `None` if a compaction was already running (nothing started).
+    fn start_compaction(&self, background: bool) -> Option<Result<()>> {
         let inner = &self.inner;
         if inner.compacting.swap(true, Ordering::AcqRel) {
-            return Ok(());
+            return None;
         }
+        Some(self.compact_now(background))
+    }
+
+    fn compact_now(&self, background: bool) -> Result<()> {
+        let inner = &self.inner;
         let cut = (|| -> Result<(StateSnapshot, u64)> {
             let (pause, snap) = inner.store.pause_writes();
             let mut wal = inner.wal.lock();
@@ -547,16 +569,29 @@ impl DurableStore {
             result
         };
         if background {
-            let previous = inner.compactor.lock().take();
-            if let Some(h) = previous {
+            // The slot stays locked from the join to the store of the new handle, so a
+            // handle is never overwritten and `wait_for_compaction` and `Drop` always
+            // see the running compaction.
+            let mut slot = inner.compactor.lock();
+            if let Some(h) = slot.take() {
                 let _ = h.join();
             }
-            let handle = std::thread::Builder::new()
+            match std::thread::Builder::new()
                 .name("schedstate-compact".into())
                 .spawn(job)
-                .at(&self.inner.dir)?;
-            *inner.compactor.lock() = Some(handle);
-            Ok(())
+            {
+                Ok(handle) => {
+                    *slot = Some(handle);
+                    Ok(())
+                }
+                Err(source) => {
+                    inner.compacting.store(false, Ordering::Release);
+                    Err(PersistError::Io {
+                        path: inner.dir.clone(),
+                        source,
+                    })
+                }
+            }
         } else {
             job()
         }

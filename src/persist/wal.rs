@@ -13,7 +13,9 @@
 //! snapshot and the log, or between two segments.
 //!
 //! A record cut short by a crash can only be the last one of the last segment: there
-//! it is truncated and reported. A bad record anywhere else is corruption.
+//! it is truncated and reported. A bad record anywhere else is corruption — including a
+//! bad record in the last segment that is followed by a valid one (a damaged length
+//! can make a record look cut short; the valid record after it shows it is not).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -188,7 +190,6 @@ pub(crate) struct Record {
 
 /// What a scan of one segment found.
 pub(crate) struct Scan {
-    pub(crate) seq: u64,
     pub(crate) prev_index: u64,
     /// Length of the valid prefix of the file.
     pub(crate) valid_len: u64,
@@ -198,11 +199,14 @@ pub(crate) struct Scan {
     pub(crate) torn_header: bool,
 }
 
-/// Reads segment `path`, calling `on_record` for each record in order. With `last`
-/// (the last segment), a torn tail is reported in the result instead of failing.
+/// Reads segment `path`, calling `on_header` with its sequence number and previous
+/// index once the header is checked (not for a torn header), then `on_record` for each
+/// record in order. With `last` (the last segment), a torn tail is reported in the
+/// result instead of failing.
 pub(crate) fn scan_segment(
     path: &Path,
     last: bool,
+    on_header: impl FnOnce(u64, u64) -> Result<()>,
     mut on_record: impl FnMut(Record) -> Result<()>,
 ) -> Result<Scan> {
     let bytes = std::fs::read(path).at(path)?;
@@ -213,15 +217,27 @@ pub(crate) fn scan_segment(
         reason,
     };
     if total < SEGMENT_HEADER_LEN {
-        if bytes.len() >= 8 && &bytes[0..8] != WAL_MAGIC {
+        // A header cut short by a crash is a prefix of ours; anything else is not a
+        // file of ours (and must not be removed as a torn header).
+        let n = bytes.len().min(8);
+        if bytes[..n] != WAL_MAGIC[..n] {
             return Err(PersistError::BadMagic {
                 path: path.to_path_buf(),
                 kind: "log segment",
             });
         }
+        if bytes.len() >= 12 {
+            let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            if version != WAL_VERSION {
+                return Err(PersistError::UnsupportedVersion {
+                    path: path.to_path_buf(),
+                    version,
+                    supported: WAL_VERSION,
+                });
+            }
+        }
         if last {
             return Ok(Scan {
-                seq: 0,
                 prev_index: 0,
                 valid_len: 0,
                 torn_bytes: total,
@@ -243,13 +259,8 @@ pub(crate) fn scan_segment(
         b.copy_from_slice(&bytes[at..at + 8]);
         u64::from_le_bytes(b)
     };
-    if u32_at(28) != crc32fast::hash(&bytes[0..28]) {
-        return Err(PersistError::Checksum {
-            path: path.to_path_buf(),
-            offset: 0,
-            what: "segment header",
-        });
-    }
+    // The version first: another version's header may be laid out differently, so
+    // its checksum cannot be checked as ours.
     let version = u32_at(8);
     if version != WAL_VERSION {
         return Err(PersistError::UnsupportedVersion {
@@ -258,16 +269,26 @@ pub(crate) fn scan_segment(
             supported: WAL_VERSION,
         });
     }
+    if u32_at(28) != crc32fast::hash(&bytes[0..28]) {
+        return Err(PersistError::Checksum {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: "segment header",
+        });
+    }
     let seq = u64_at(12);
     let prev_index = u64_at(20);
+    on_header(seq, prev_index)?;
 
     let mut at = SEGMENT_HEADER_LEN;
     while at < total {
         let remaining = total - at;
+        // A crash mid-write leaves a prefix of one record at the very end of the last
+        // segment. A whole valid record after the damage proves it is not that (a
+        // damaged length, a flipped byte) but corruption, which must not be truncated.
         let torn = |reason: String| -> Result<Scan> {
-            if last {
+            if last && !valid_record_after(&bytes, at) {
                 Ok(Scan {
-                    seq,
                     prev_index,
                     valid_len: at,
                     torn_bytes: remaining,
@@ -291,7 +312,7 @@ pub(crate) fn scan_segment(
         }
         let payload = &bytes[p + 8..end as usize];
         if record_crc(len.to_le_bytes(), payload) != stored_crc {
-            if end == total {
+            if end == total && last && !valid_record_after(&bytes, at) {
                 return torn("last record fails its checksum".into());
             }
             return Err(PersistError::Checksum {
@@ -316,10 +337,43 @@ pub(crate) fn scan_segment(
         at = end;
     }
     Ok(Scan {
-        seq,
         prev_index,
         valid_len: total,
         torn_bytes: 0,
         torn_header: false,
     })
+}
+
+/// Whether a whole record with a valid checksum and a decodable payload starts
+/// anywhere after `from` in `bytes`. A torn write leaves only a prefix of one record,
+/// so finding one means the bytes at `from` were damaged, not torn.
+///
+/// The search checksums candidate records; past a budget of bytes (only reachable with
+/// forged input) it gives up and answers yes, so that the damage is reported as
+/// corruption rather than truncated away.
+fn valid_record_after(bytes: &[u8], from: u64) -> bool {
+    let header = RECORD_HEADER_LEN as usize;
+    let mut budget = 2 * u64::from(MAX_RECORD);
+    let mut p = from as usize + 1;
+    while p + header <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+        let end = p + header + len.min(MAX_RECORD) as usize;
+        if len <= MAX_RECORD && end <= bytes.len() {
+            let cost = u64::from(len) + header as u64;
+            if cost > budget {
+                return true;
+            }
+            budget -= cost;
+            let stored =
+                u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
+            let payload = &bytes[p + header..end];
+            if record_crc(len.to_le_bytes(), payload) == stored
+                && postcard::from_bytes::<(u64, Command)>(payload).is_ok()
+            {
+                return true;
+            }
+        }
+        p += 1;
+    }
+    false
 }
