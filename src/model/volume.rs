@@ -250,6 +250,17 @@ impl CsiVolume {
         }
     }
 
+    /// Resets the fields that are only meaningful on a denormalized copy (provider
+    /// version, health counts, schedulability) to what a stored row holds.
+    pub fn clear_denormalized(&mut self) {
+        self.provider_version.clear();
+        self.controllers_healthy = 0;
+        self.controllers_expected = 0;
+        self.nodes_healthy = 0;
+        self.nodes_expected = 0;
+        self.schedulable = false;
+    }
+
     /// Whether the access mode in use leaves room for another read claim.
     pub fn has_free_read_claims(&self) -> bool {
         self.access_mode

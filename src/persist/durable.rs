@@ -20,6 +20,7 @@ use crate::state::{Command, StateSnapshot, StateStore};
 
 use super::error::{IoContext, PersistError, Result};
 use super::fsutil::{sync_dir, write_atomically};
+use super::lock::DirLock;
 use super::snapshot::{read_snapshot, write_snapshot};
 use super::wal::{SEGMENT_HEADER_LEN, SegmentWriter, parse_segment_name, scan_segment};
 
@@ -260,7 +261,7 @@ struct Inner {
     group: GroupSync,
     compacting: Arc<AtomicBool>,
     compactor: Mutex<Option<JoinHandle<Result<()>>>>,
-    _lock: fs::File,
+    _lock: DirLock,
 }
 
 /// Commits waiting for a shared fsync (group commit).
@@ -323,26 +324,7 @@ impl DurableStore {
             return Err(PersistError::NotADirectory { path: dir });
         }
         fs::create_dir_all(&dir).at(&dir)?;
-        let lock_path = dir.join("LOCK");
-        let lock = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .at(&lock_path)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(PersistError::Locked { path: lock_path });
-            }
-            Err(fs::TryLockError::Error(source)) => {
-                return Err(PersistError::Io {
-                    path: lock_path,
-                    source,
-                });
-            }
-        }
+        let lock = DirLock::acquire(&dir)?;
 
         let recovered = recover(&dir)?;
         for tmp in &recovered.listing.temporaries {

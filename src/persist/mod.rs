@@ -12,10 +12,12 @@
 mod durable;
 mod error;
 mod fsutil;
+mod lock;
 mod snapshot;
 mod wal;
 
 pub use durable::{DurableStore, OpenReport, Options, SyncPolicy, TornTail};
 pub use error::{PersistError, Result};
+pub use lock::DirLock;
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
 pub use wal::{WAL_MAGIC, WAL_VERSION};

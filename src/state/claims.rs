@@ -159,12 +159,7 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
 /// not written unless `always`.
 fn store(w: &mut Writer, mut v: CsiVolume, stored: &CsiVolume, always: bool) -> Result<()> {
     v.provider.clone_from(&stored.provider);
-    v.provider_version.clear();
-    v.controllers_healthy = 0;
-    v.controllers_expected = 0;
-    v.nodes_healthy = 0;
-    v.nodes_expected = 0;
-    v.schedulable = false;
+    v.clear_denormalized();
     if !always && v == *stored {
         return Ok(());
     }

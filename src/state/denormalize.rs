@@ -53,12 +53,7 @@ impl StateView<'_> {
             None => {
                 // Stored provider and controller requirement are kept: a volume whose
                 // plugin vanished must not claim it needs no controller.
-                v.provider_version.clear();
-                v.controllers_healthy = 0;
-                v.controllers_expected = 0;
-                v.nodes_healthy = 0;
-                v.nodes_expected = 0;
-                v.schedulable = false;
+                v.clear_denormalized();
             }
         }
         self.repair_past_claims(&mut v);

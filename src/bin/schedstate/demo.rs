@@ -93,20 +93,7 @@ fn wipe(dir: &Path) -> Result<(), CliError> {
     if !dir.is_dir() {
         return Err(err(format!("{}: not a data directory", dir.display())));
     }
-    let lock_path = dir.join("LOCK");
-    let lock = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lock_path)
-        .map_err(|e| io_err(&lock_path, &e))?;
-    if lock.try_lock().is_err() {
-        return Err(err(format!(
-            "{}: the data directory is locked by another process",
-            lock_path.display()
-        )));
-    }
+    let lock = schedstate::persist::DirLock::acquire(dir)?;
     let entries: Vec<_> = fs::read_dir(dir)
         .map_err(|e| io_err(dir, &e))?
         .filter_map(Result::ok)
@@ -132,6 +119,7 @@ fn wipe(dir: &Path) -> Result<(), CliError> {
             fs::remove_file(e.path()).map_err(|x| io_err(&e.path(), &x))?;
         }
     }
+    let lock_path = lock.path().to_path_buf();
     drop(lock);
     fs::remove_file(&lock_path).map_err(|e| io_err(&lock_path, &e))?;
     fs::remove_dir(dir).map_err(|e| io_err(dir, &e))

@@ -150,20 +150,7 @@ fn restore(args: &FileArgs) -> Result<(), CliError> {
     let target = dir.join(format!("snapshot-{:020}.snap", header.last_applied));
     {
         // Keep a writer from starting on the directory while the file goes in.
-        let lock_path = dir.join("LOCK");
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| io_err(&lock_path, &e))?;
-        if lock.try_lock().is_err() {
-            return Err(err(format!(
-                "{}: the data directory is locked by another process",
-                lock_path.display()
-            )));
-        }
+        let _lock = schedstate::persist::DirLock::acquire(dir)?;
         let mut source = File::open(&args.file).map_err(|e| io_err(&args.file, &e))?;
         write_atomically(&target, |out| {
             std::io::copy(&mut source, out).map_err(|e| io_err(&args.file, &e))?;

@@ -1,0 +1,41 @@
+//! The exclusive lock on a data directory: one writer per directory, across processes.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+use super::error::{IoContext, PersistError, Result};
+
+/// Holds the writer's lock on a data directory until dropped (an advisory `flock` on
+/// `DIR/LOCK`, released by the operating system if the process dies).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Takes the lock of `dir` (an existing directory) without waiting.
+    ///
+    /// # Errors
+    /// [`PersistError::Locked`] if another process or handle holds it.
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
+        let path = dir.join("LOCK");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .at(&path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(DirLock { _file: file, path }),
+            Err(fs::TryLockError::WouldBlock) => Err(PersistError::Locked { path }),
+            Err(fs::TryLockError::Error(source)) => Err(PersistError::Io { path, source }),
+        }
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
