@@ -369,8 +369,21 @@ fn snapshot_save_and_restore_round_trip() {
     demo(&restored, &["--steps", "20", "--sync", "never"]);
     assert!(load(&restored).1 > before);
 
-    let e = fails(&["snapshot", "restore", file.arg(), "--data", dir.arg()]);
-    assert!(e.contains("is not empty"), "{e}");
+    // Restoring over a store with newer state replaces it, keeping the old files.
+    let out = ok(&["snapshot", "restore", file.arg(), "--data", restored.arg()]);
+    assert!(out.contains("replaced files are kept in"), "{out}");
+    assert_eq!(canonical(&restored), canonical(&dir));
+    assert!(restored.0.join("replaced-1").is_dir());
+    ok(&["inspect", "--verify", "--data", restored.arg()]);
+
+    // Not while a writer holds the directory.
+    let (_held, _) = schedstate::persist::DurableStore::open(
+        &restored.0,
+        schedstate::persist::Options::default(),
+    )
+    .expect("open");
+    let e = fails(&["snapshot", "restore", file.arg(), "--data", restored.arg()]);
+    assert!(e.contains("locked"), "{e}");
 
     flip_byte(&file.0, 10);
     let fresh = TempDir::new("never");

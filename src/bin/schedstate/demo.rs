@@ -98,12 +98,7 @@ fn wipe(dir: &Path) -> Result<(), CliError> {
         .map_err(|e| io_err(dir, &e))?
         .filter_map(Result::ok)
         .collect();
-    let ours = |name: &str| {
-        name == "LOCK"
-            || name.ends_with(".tmp")
-            || (name.starts_with("snapshot-") && name.ends_with(".snap"))
-            || (name.starts_with("wal-") && name.ends_with(".log"))
-    };
+    let ours = crate::snapshot_cmd::is_store_file;
     if let Some(other) = entries
         .iter()
         .find(|e| !ours(&e.file_name().to_string_lossy()))

@@ -129,34 +129,74 @@ fn save(args: &FileArgs) -> Result<(), CliError> {
     ))
 }
 
-fn restore(args: &FileArgs) -> Result<(), CliError> {
-    let dir = &args.data.dir;
-    let (scratch, header) = load_file(&args.file)?;
-    if dir.exists() {
-        if !dir.is_dir() {
-            return Err(err(format!("{}: not a directory", dir.display())));
+/// Whether a file name is one a data directory of ours holds.
+pub fn is_store_file(name: &str) -> bool {
+    name == "LOCK"
+        || name.ends_with(".tmp")
+        || (name.starts_with("snapshot-") && name.ends_with(".snap"))
+        || (name.starts_with("wal-") && name.ends_with(".log"))
+}
+
+/// Moves the snapshot and log files of `dir` into a new `dir/replaced-N`, so that a
+/// restore replaces the state without destroying the old one. Returns that folder, or
+/// `None` when there was nothing to move. Refuses a directory holding other files.
+fn set_aside(dir: &Path) -> Result<Option<PathBuf>, CliError> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| io_err(dir, &e))? {
+        let entry = entry.map_err(|e| io_err(dir, &e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_dir() && name.starts_with("replaced-") {
+            continue;
         }
-        let mut entries = fs::read_dir(dir).map_err(|e| io_err(dir, &e))?;
-        let occupied = entries.any(|e| e.map_or(true, |e| e.file_name() != "LOCK"));
-        if occupied {
+        if !is_store_file(&name) {
             return Err(err(format!(
-                "{}: the data directory is not empty (snapshot restore only writes into an \
-                 empty or new directory)",
+                "{}: holds {name:?}, which is not a schedstate file; not restoring over it",
                 dir.display()
             )));
         }
+        if name != "LOCK" {
+            files.push(entry.path());
+        }
+    }
+    if files.is_empty() {
+        return Ok(None);
+    }
+    let backup = (1..)
+        .map(|n| dir.join(format!("replaced-{n}")))
+        .find(|p| !p.exists())
+        .ok_or_else(|| err("no free replaced-N folder name"))?;
+    fs::create_dir(&backup).map_err(|e| io_err(&backup, &e))?;
+    for file in files {
+        if let Some(name) = file.file_name() {
+            let to = backup.join(name);
+            fs::rename(&file, &to).map_err(|e| io_err(&file, &e))?;
+        }
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, &e))?;
+    Ok(Some(backup))
+}
+
+fn restore(args: &FileArgs) -> Result<(), CliError> {
+    let dir = &args.data.dir;
+    let (scratch, header) = load_file(&args.file)?;
+    if dir.exists() && !dir.is_dir() {
+        return Err(err(format!("{}: not a directory", dir.display())));
     }
     fs::create_dir_all(dir).map_err(|e| io_err(dir, &e))?;
     let target = dir.join(format!("snapshot-{:020}.snap", header.last_applied));
-    {
-        // Keep a writer from starting on the directory while the file goes in.
+    let replaced = {
+        // Keep a writer (a running demo) off the directory while the files change.
         let _lock = schedstate::persist::DirLock::acquire(dir)?;
+        let replaced = set_aside(dir)?;
         let mut source = File::open(&args.file).map_err(|e| io_err(&args.file, &e))?;
         write_atomically(&target, |out| {
             std::io::copy(&mut source, out).map_err(|e| io_err(&args.file, &e))?;
             Ok(())
         })?;
-    }
+        replaced
+    };
     let (db, report) = DurableStore::open(dir, Options::default())?;
     let same = match (
         db.store().snapshot().canonical_bytes(),
@@ -173,8 +213,11 @@ fn restore(args: &FileArgs) -> Result<(), CliError> {
         )));
     }
     drop(db);
+    let kept = replaced.map_or(String::new(), |p| {
+        format!("; the replaced files are kept in {}", p.display())
+    });
     emit(&format!(
-        "Restored the state at index {} ({}) from {} into {}\n",
+        "Restored the state at index {} ({}) from {} into {}{kept}\n",
         thousands(header.last_applied),
         summary(&header),
         args.file.display(),
