@@ -5,11 +5,12 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use super::registry::Registry;
 use super::root::Root;
 use super::schema::Schema;
 use super::txn::WriteTxn;
 use super::view::View;
-use super::watch::{Registry, Signal, WatchItem, WatchSet};
+use super::watch::{Signal, WatchItem, WatchSet};
 use super::{Error, Result};
 
 /// State shared by a database's handles, snapshots (weakly) and transactions.

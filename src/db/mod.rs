@@ -15,6 +15,7 @@ mod blocking;
 mod database;
 mod error;
 mod key;
+mod registry;
 mod root;
 mod schema;
 mod txn;

@@ -13,6 +13,7 @@ mod durable;
 mod error;
 mod fsutil;
 mod lock;
+mod recover;
 mod snapshot;
 mod wal;
 
