@@ -112,9 +112,31 @@ impl Serialize for PluginInstances {
 
 impl<'de> Deserialize<'de> for PluginInstances {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let map = OrdMap::<Id, Arc<CsiInfo>>::deserialize(deserializer)?;
-        let healthy = map.values().filter(|info| info.healthy).count();
-        Ok(PluginInstances { map, healthy })
+        /// Inserts entry by entry. `OrdMap`'s own visitor first allocates a vector of
+        /// the length the input announces: a forged length in a snapshot row would make
+        /// it allocate without bound (and abort the process) before failing.
+        struct Entries;
+
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = PluginInstances;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map from node id to fingerprint")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> Result<PluginInstances, A::Error> {
+                let mut out = PluginInstances::new();
+                while let Some((node_id, info)) = access.next_entry::<Id, Arc<CsiInfo>>()? {
+                    out.insert(node_id, info);
+                }
+                Ok(out)
+            }
+        }
+
+        deserializer.deserialize_map(Entries)
     }
 }
 

@@ -1,9 +1,12 @@
 //! The invariant checker: every property a state must have whatever commands built
 //! it. Used by property tests, fuzz targets and `inspect --verify`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{CsiPlugin, CsiVolume, CsiVolumeAccessMode, PluginInstances};
+use crate::model::{
+    CsiPlugin, CsiVolume, CsiVolumeAccessMode, CsiVolumeClaim, CsiVolumeClaimMode,
+    CsiVolumeClaimState, Id, Node, PluginInstances,
+};
 
 use super::read::StateView;
 use super::tables::{InstanceKind, PluginInstance, names};
@@ -24,7 +27,23 @@ fn broken(invariant: &'static str, detail: String) -> InvariantViolation {
 
 impl StateView<'_> {
     /// Checks every invariant of the state (see `ARCHITECTURE.md`); returns the first
-    /// one broken. O(rows).
+    /// one broken. O(rows). The invariants, by the name a violation carries:
+    /// - `secondary-indexes`: every index agrees with its rows (engine
+    ///   [`verify_indexes`](crate::db::View::verify_indexes));
+    /// - `latest-index`, `row-indexes`, `derived-table-index`: `create_index ≤
+    ///   modify_index ≤ table_index(T) ≤ latest_index() ≤ last_applied`, and the derived
+    ///   instance table never ahead of the plugins table;
+    /// - `no-empty-plugin`, `derived-counts`, `denormalized-fields-not-stored`;
+    /// - `entry-names-its-plugin`, `entries-on-existing-nodes`,
+    ///   `entries-follow-fingerprints`: each plugin entry is on an existing node that
+    ///   lists the plugin in the map of that kind;
+    /// - `entries-match-fingerprints`, `fingerprints-reach-plugins`: conversely, an entry
+    ///   is the node's last report of that kind, and a healthy report has its entry
+    ///   unless the allocation running it was stopped;
+    /// - `instances-mirror-plugins`: the derived instance rows are exactly the entries;
+    /// - `claim-sides-disjoint`, `claims-match-allocs`, `claims-filed-by-alloc`,
+    ///   `current-claims-taken`, `claims-within-access-mode`, `unclaimed-modes-unknown`:
+    ///   volume claims are consistent and within their access mode's limits.
     ///
     /// # Errors
     /// The broken invariant.
@@ -53,6 +72,9 @@ impl StateView<'_> {
                 "instances-mirror-plugins",
                 format!("instance row {extra:?} has no plugin entry"),
             ));
+        }
+        for node in self.nodes() {
+            self.check_fingerprints(&node)?;
         }
         for volume in self.csi_volumes() {
             check_volume(&volume)?;
@@ -83,6 +105,17 @@ impl StateView<'_> {
             }
             Ok(())
         };
+        let (instances, plugins) = (
+            self.table_index(names::CSI_PLUGIN_INSTANCES),
+            self.table_index(names::CSI_PLUGINS),
+        );
+        if instances > plugins {
+            // Every instance row change comes with a change of its plugin's entry.
+            return Err(broken(
+                "derived-table-index",
+                format!("instance table index {instances} > plugins table index {plugins}"),
+            ));
+        }
         rows(
             names::NODES,
             self.nodes()
@@ -194,6 +227,95 @@ impl StateView<'_> {
     }
 }
 
+impl StateView<'_> {
+    /// The converse of "entries follow fingerprints": what a node reports is what its
+    /// plugins hold. For each plugin a node lists in one of its maps, the fingerprints
+    /// of that plugin carrying that kind's half are applied in turn (controller map,
+    /// then node map), so an entry present is the last of them; and if one of them is
+    /// healthy the entry is present, unless the allocation running it (so, a non-empty
+    /// alloc id) was stopped since.
+    fn check_fingerprints(&self, node: &Node) -> Result<(), InvariantViolation> {
+        let maps = [
+            (InstanceKind::Controller, &node.csi_controller_plugins),
+            (InstanceKind::Node, &node.csi_node_plugins),
+        ];
+        for (kind, listed) in maps {
+            for plugin_id in listed.keys() {
+                let reports: Vec<_> = [
+                    node.csi_controller_plugins.get(plugin_id),
+                    node.csi_node_plugins.get(plugin_id),
+                ]
+                .into_iter()
+                .flatten()
+                .filter(|i| match kind {
+                    InstanceKind::Controller => i.is_controller(),
+                    InstanceKind::Node => i.is_node(),
+                })
+                .collect();
+                let Some(last) = reports.last() else {
+                    continue;
+                };
+                let plugin = self.csi_plugin_by_id(plugin_id);
+                let entry = plugin.as_ref().and_then(|p| match kind {
+                    InstanceKind::Controller => p.controllers.get(&node.id),
+                    InstanceKind::Node => p.nodes.get(&node.id),
+                });
+                match entry {
+                    Some(e) if **e != ***last => {
+                        return Err(broken(
+                            "entries-match-fingerprints",
+                            format!(
+                                "plugin {plugin_id} {kind:?} entry on {} is not the node's last report",
+                                node.id
+                            ),
+                        ));
+                    }
+                    None if last.alloc_id.is_empty() && reports.iter().any(|i| i.healthy) => {
+                        return Err(broken(
+                            "fingerprints-reach-plugins",
+                            format!(
+                                "node {} reports plugin {plugin_id} healthy, no {kind:?} entry",
+                                node.id
+                            ),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Each claim is filed under its own alloc id; current claims are taken claims of their
+/// side's mode.
+fn check_claim_map(
+    id: &str,
+    map: &BTreeMap<Id, CsiVolumeClaim>,
+    side: Option<CsiVolumeClaimMode>,
+) -> Result<(), InvariantViolation> {
+    for (alloc_id, claim) in map {
+        if claim.alloc_id != *alloc_id {
+            return Err(broken(
+                "claims-filed-by-alloc",
+                format!("{id}: claim of {} filed under {alloc_id}", claim.alloc_id),
+            ));
+        }
+        if let Some(mode) = side
+            && (claim.mode != mode || claim.state != CsiVolumeClaimState::Taken)
+        {
+            return Err(broken(
+                "current-claims-taken",
+                format!(
+                    "{id}: {alloc_id} holds a {:?} {:?} claim among {mode:?} claims",
+                    claim.state, claim.mode
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_volume(v: &CsiVolume) -> Result<(), InvariantViolation> {
     let id = format!("{}/{}", v.namespace, v.id);
     if let Some(a) = v.read_allocs.intersection(&v.write_allocs).next() {
@@ -211,6 +333,9 @@ fn check_volume(v: &CsiVolume) -> Result<(), InvariantViolation> {
             format!("{id}: claim maps and alloc sets differ"),
         ));
     }
+    check_claim_map(&id, &v.read_claims, Some(CsiVolumeClaimMode::Read))?;
+    check_claim_map(&id, &v.write_claims, Some(CsiVolumeClaimMode::Write))?;
+    check_claim_map(&id, &v.past_claims, None)?;
     let (readers, writers) = (v.read_allocs.len(), v.write_allocs.len());
     let within = match v.access_mode {
         CsiVolumeAccessMode::SingleNodeReader => readers <= 1 && writers == 0,

@@ -93,11 +93,21 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
             requested: claim.attachment_mode,
         });
     }
-    let (schedulable, free) = if write {
-        (v.write_schedulable(), v.has_free_write_claims())
-    } else {
-        (v.read_schedulable(), v.has_free_read_claims())
+    // The mode the volume is in after this claim: the claim's own while the volume's is
+    // unknown. Claims already held (taken while it was unknown) must fit that mode too,
+    // or setting it would leave the volume breaking its own mode.
+    let mode = match v.access_mode {
+        CsiVolumeAccessMode::Unknown => claim.access_mode,
+        known => known,
     };
+    let (readers, writers) = (v.read_allocs.len(), v.write_allocs.len());
+    let held_fit = mode == v.access_mode || holds_within(mode, readers, writers);
+    let (schedulable, free) = if write {
+        (v.write_schedulable(), mode.write_claim_free(writers))
+    } else {
+        (v.read_schedulable(), mode.read_claim_free(readers, writers))
+    };
+    let free = free && held_fit;
     if !schedulable {
         return Err(StateError::Unschedulable {
             namespace: namespace.clone(),
@@ -151,6 +161,17 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
         v.attachment_mode = claim.attachment_mode;
     }
     store(w, v, &stored, false)
+}
+
+/// Whether a volume in `mode` may hold `readers` read and `writers` write claims.
+fn holds_within(mode: CsiVolumeAccessMode, readers: usize, writers: usize) -> bool {
+    match mode {
+        CsiVolumeAccessMode::SingleNodeReader => readers <= 1 && writers == 0,
+        CsiVolumeAccessMode::SingleNodeWriter => readers <= 1 && writers <= 1,
+        CsiVolumeAccessMode::MultiNodeReader => writers == 0,
+        CsiVolumeAccessMode::MultiNodeSingleWriter => writers <= 1,
+        CsiVolumeAccessMode::MultiNodeMultiWriter | CsiVolumeAccessMode::Unknown => true,
+    }
 }
 
 /// Writes a volume decided on its denormalized copy back as a stored row: identity

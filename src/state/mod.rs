@@ -26,6 +26,10 @@
 //! - A write claim whose own access mode cannot write (single-node-reader-only,
 //!   multi-node-reader-only) is refused ([`StateError::ReadOnlyAccessMode`]): taken
 //!   on an unclaimed volume it would set a read-only mode with a writer holding it.
+//! - A claim taken on a volume in use whose access mode is still unknown (its claims
+//!   asked for none) sets the mode only if the claims already held fit that mode, and
+//!   free claims are counted in that mode; otherwise it is refused as "max claims
+//!   reached" ([`StateError::MaxClaimsReached`]).
 //! - A release step that changes nothing (repeated, or for an alloc without a claim)
 //!   rewrites nothing; a gc claim always moves the volume's modify index.
 

@@ -62,6 +62,8 @@ pub(crate) struct Writer {
     pub(crate) t: Tables,
     pub(crate) index: u64,
     plugins: BTreeMap<Id, PluginEdit>,
+    /// The instance rows as they were before this command first wrote them, by key.
+    instance_originals: BTreeMap<Key, Option<Arc<PluginInstance>>>,
 }
 
 impl Writer {
@@ -72,6 +74,7 @@ impl Writer {
             t,
             index,
             plugins: BTreeMap::new(),
+            instance_originals: BTreeMap::new(),
         }
     }
 
@@ -164,7 +167,37 @@ impl Writer {
                 plugin_id: info.plugin_id.clone(),
                 alloc_id: info.alloc_id.clone(),
             };
-            self.txn.insert(self.t.instances, Arc::new(row))?;
+            self.put_instance(
+                PluginInstance::key(node_id, kind, &info.plugin_id),
+                Some(row),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Writes (or with `None` deletes) the instance row at `key`. A row set back to what
+    /// it was before this command (two fingerprints of one plugin on one node, applied
+    /// in turn) is restored as the stored row itself, so the commit sees no change.
+    fn put_instance(&mut self, key: Key, row: Option<PluginInstance>) -> Result<()> {
+        let original = match self.instance_originals.get(&key) {
+            Some(original) => original.clone(),
+            None => {
+                let stored = self.txn.view().get(self.t.instances, &key);
+                self.instance_originals.insert(key.clone(), stored.clone());
+                stored
+            }
+        };
+        match row {
+            None => {
+                self.txn.delete(self.t.instances, &key)?;
+            }
+            Some(row) => {
+                let row = match original {
+                    Some(o) if *o == row => o,
+                    _ => Arc::new(row),
+                };
+                self.txn.insert(self.t.instances, row)?;
+            }
         }
         Ok(())
     }
@@ -177,10 +210,7 @@ impl Writer {
         plugin_id: &Id,
         node_id: &Id,
     ) -> Result<()> {
-        self.txn.delete(
-            self.t.instances,
-            &PluginInstance::key(node_id, kind, plugin_id),
-        )?;
+        self.put_instance(PluginInstance::key(node_id, kind, plugin_id), None)?;
         let Some(edit) = self.edit(plugin_id, false) else {
             return Ok(());
         };

@@ -1,0 +1,375 @@
+//! Regressions found by the fuzz targets (`fuzz/`), and a replay of every committed fuzz
+//! input.
+//!
+//! Each finding has a test here that reproduces it through the public API, and its
+//! input is committed under `fuzz/seeds/<target>/`. `replay_committed_fuzz_inputs` runs
+//! every committed input through the same harness code the fuzz targets use (compiled in
+//! here with `#[path]`), so `cargo test` catches a regressed crash without cargo-fuzz or
+//! libFuzzer. `fuzz/replay.sh` does the same with the real target binaries.
+
+#[allow(dead_code)]
+#[path = "../fuzz/src/harness/mod.rs"]
+mod harness;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use schedstate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo, Node, id};
+use schedstate::state::{StateStore, names};
+
+/// Every file under `fuzz/seeds/<target>/`, in name order.
+fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/seeds")
+        .join(target);
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.expect("directory entry").path();
+            let name = path.file_name().expect("a file name");
+            let bytes = std::fs::read(&path).expect("read a seed");
+            (name.to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn replay_committed_fuzz_inputs() {
+    type Run = fn(&[u8]);
+    let targets: [(&str, Run); 3] = [
+        ("commands", harness::commands::run),
+        ("txn", harness::txn::run),
+        ("persist", harness::persist::run),
+    ];
+    for (target, run) in targets {
+        let inputs = seeds(target);
+        assert!(!inputs.is_empty(), "no committed inputs for {target}");
+        for (name, bytes) in inputs {
+            let result = std::panic::catch_unwind(|| run(&bytes));
+            assert!(result.is_ok(), "fuzz/seeds/{target}/{name} fails");
+        }
+    }
+}
+
+fn controller(plugin: &str, alloc: &str) -> CsiInfo {
+    CsiInfo {
+        plugin_id: id(plugin),
+        alloc_id: id(alloc),
+        healthy: true,
+        provider: "nfs.csi.k8s.io".into(),
+        provider_version: "2.0".into(),
+        requires_controller_plugin: true,
+        controller_info: Some(CsiControllerInfo::default()),
+        ..Default::default()
+    }
+}
+
+fn node_with(
+    node_id: &str,
+    controllers: Vec<CsiInfo>,
+    nodes: Vec<CsiInfo>,
+    update_time: u64,
+) -> Node {
+    let map = |list: Vec<CsiInfo>| -> BTreeMap<_, _> {
+        list.into_iter()
+            .map(|mut i| {
+                i.update_time = update_time;
+                (i.plugin_id.clone(), Arc::new(i))
+            })
+            .collect()
+    };
+    let mut n = Node::new(node_id, "client");
+    n.csi_controller_plugins = map(controllers);
+    n.csi_node_plugins = map(nodes);
+    n
+}
+
+/// Found by `commands` (seed `fuzz/seeds/commands/instance-rewritten-by-heartbeat`).
+///
+/// A node files a controller fingerprint of plugin `ceph` (alloc `b2`) in its controller
+/// map and a fingerprint with both halves (alloc `a1`) in its node map. Applying the
+/// controller map, then the node map, sets the controller instance to `b2`, then back to
+/// `a1`. On a heartbeat (the same report again) the plugin was rightly left alone, but
+/// its derived instance row was rewritten with an equal value: the commit reported a
+/// change of the instance table, moved that table's index and woke its watches, for a
+/// write that changed nothing there.
+#[test]
+fn heartbeat_with_two_fingerprints_of_one_plugin_rewrites_no_instance_row() {
+    let both = CsiInfo {
+        node_info: Some(CsiNodeInfo {
+            id: "i-a1".into(),
+            max_volumes: 2,
+            ..Default::default()
+        }),
+        ..controller("ceph", "a1")
+    };
+    let report = |t| node_with("n10", vec![controller("ceph", "b2")], vec![both.clone()], t);
+    let store = StateStore::new();
+    store.upsert_node(1, report(1)).expect("first report");
+    let v = store.snapshot();
+    let p = v.view().csi_plugin_by_id("ceph").expect("plugin");
+    assert_eq!(
+        &*p.controllers.get("n10").expect("controller").alloc_id,
+        "a1"
+    );
+    assert_eq!(v.view().table_index(names::CSI_PLUGIN_INSTANCES), 1);
+
+    let info = store.upsert_node(2, report(2)).expect("heartbeat");
+    let tables: Vec<&str> = info.changes.iter().map(|c| c.table()).collect();
+    assert_eq!(tables, [names::NODES], "only the node row changes");
+    let v = store.snapshot();
+    assert_eq!(v.view().plugins_index(), 1);
+    assert_eq!(v.view().table_index(names::CSI_PLUGIN_INSTANCES), 1);
+    assert_eq!(v.view().check_invariants(), Ok(()));
+}
+
+/// Found by `commands` (seed `fuzz/seeds/commands/claim-sets-mode-held-claims-break`),
+/// and by `tests/state_model.rs`.
+///
+/// Claims that ask for no access mode leave an in-use volume's mode unknown. A later
+/// claim that asks for one set it without looking at the claims already held: a
+/// single-node-reader-only volume ended with two readers (or a reader and a writer),
+/// breaking the claim limits of its own mode. Such a claim is now counted in the mode it
+/// would set, and refused as "max claims reached" when the held claims do not fit it.
+#[test]
+fn claim_setting_the_mode_of_an_in_use_volume_must_fit_the_held_claims() {
+    use schedstate::model::{
+        Allocation, CsiVolume, CsiVolumeAccessMode as Access, CsiVolumeAttachmentMode,
+        CsiVolumeCapability, CsiVolumeClaim, CsiVolumeClaimMode as Mode,
+    };
+    use schedstate::state::StateError;
+
+    let store = StateStore::new();
+    let fp = CsiInfo {
+        plugin_id: id("p"),
+        alloc_id: id("x"),
+        healthy: true,
+        node_info: Some(CsiNodeInfo::default()),
+        ..Default::default()
+    };
+    store
+        .upsert_node(1, node_with("n1", vec![], vec![fp], 1))
+        .expect("node");
+    let alloc = |a: &str| Allocation {
+        id: id(a),
+        namespace: id("default"),
+        node_id: id("n1"),
+        ..Default::default()
+    };
+    store
+        .upsert_allocs(2, vec![alloc("a1"), alloc("a2"), alloc("a3")])
+        .expect("allocs");
+    let mut vol = CsiVolume::new("default", "v", "p");
+    vol.requested_capabilities = vec![CsiVolumeCapability {
+        access_mode: Access::MultiNodeMultiWriter,
+        attachment_mode: CsiVolumeAttachmentMode::FileSystem,
+    }];
+    store.csi_volume_register(3, vec![vol]).expect("volume");
+    let claim = |a: &str, mode, access_mode| CsiVolumeClaim {
+        alloc_id: id(a),
+        node_id: id("n1"),
+        mode,
+        access_mode,
+        ..Default::default()
+    };
+
+    // Two readers asking for no mode: in use, mode still unknown.
+    store
+        .csi_volume_claim(4, "default", "v", claim("a1", Mode::Read, Access::Unknown))
+        .expect("first reader");
+    store
+        .csi_volume_claim(5, "default", "v", claim("a2", Mode::Read, Access::Unknown))
+        .expect("second reader");
+    let before = store.snapshot().canonical_bytes().expect("encode");
+
+    // Single-node modes cannot hold two readers: refused, nothing changes.
+    for (index, access) in [(6, Access::SingleNodeReader), (7, Access::SingleNodeWriter)] {
+        let got = store.csi_volume_claim(index, "default", "v", claim("a3", Mode::Read, access));
+        assert!(
+            matches!(got, Err(StateError::MaxClaimsReached { .. })),
+            "{access:?}: {got:?}"
+        );
+        assert_eq!(store.snapshot().canonical_bytes().expect("encode"), before);
+    }
+    // A multi-node mode can: taken, and it sets the mode.
+    store
+        .csi_volume_claim(
+            8,
+            "default",
+            "v",
+            claim("a3", Mode::Read, Access::MultiNodeReader),
+        )
+        .expect("a multi-node reader");
+    let snap = store.snapshot();
+    let v = snap
+        .view()
+        .csi_volume_stored("default", "v")
+        .expect("volume");
+    assert_eq!(v.access_mode, Access::MultiNodeReader);
+    assert_eq!(v.read_allocs.len(), 3);
+    assert_eq!(snap.view().check_invariants(), Ok(()));
+    // ...after which a writer is refused by the mode itself.
+    let got = store.csi_volume_claim(9, "default", "v", claim("a1", Mode::Write, Access::Unknown));
+    assert!(
+        matches!(got, Err(StateError::Unschedulable { .. })),
+        "{got:?}"
+    );
+
+    // A writer asking for no mode, then a single-node reader: refused too.
+    let store2 = StateStore::new();
+    let fp = CsiInfo {
+        plugin_id: id("p"),
+        alloc_id: id("x"),
+        healthy: true,
+        node_info: Some(CsiNodeInfo::default()),
+        ..Default::default()
+    };
+    store2
+        .upsert_node(1, node_with("n1", vec![], vec![fp], 1))
+        .expect("node");
+    store2
+        .upsert_allocs(2, vec![alloc("a1"), alloc("a2")])
+        .expect("allocs");
+    let mut vol = CsiVolume::new("default", "v", "p");
+    vol.requested_capabilities = vec![CsiVolumeCapability {
+        access_mode: Access::MultiNodeMultiWriter,
+        attachment_mode: CsiVolumeAttachmentMode::FileSystem,
+    }];
+    store2.csi_volume_register(3, vec![vol]).expect("volume");
+    store2
+        .csi_volume_claim(4, "default", "v", claim("a1", Mode::Write, Access::Unknown))
+        .expect("writer");
+    let got = store2.csi_volume_claim(
+        5,
+        "default",
+        "v",
+        claim("a2", Mode::Read, Access::SingleNodeReader),
+    );
+    assert!(
+        matches!(got, Err(StateError::MaxClaimsReached { .. })),
+        "{got:?}"
+    );
+    assert_eq!(store2.snapshot().view().check_invariants(), Ok(()));
+}
+
+/// Found by `persist` (seed `fuzz/seeds/persist/wal-first-record-at-index-0`): an
+/// expectation of the harness, not a state bug.
+///
+/// Without a snapshot, recovery treats a first log record at index 0 as "already in the
+/// snapshot" and skips it silently, where applying the same command is refused (index 0
+/// is never greater than the last applied index). No store ever writes such a record, so
+/// only a forged or damaged log has one. Whether recovery skips it or refuses the log as
+/// corrupt, the command must never take effect; this pins that much.
+#[test]
+fn log_record_at_index_0_never_takes_effect() {
+    use schedstate::persist::{DurableStore, WAL_MAGIC, WAL_VERSION};
+    use schedstate::state::Command;
+
+    let mut seg = Vec::new();
+    seg.extend_from_slice(WAL_MAGIC);
+    seg.extend_from_slice(&WAL_VERSION.to_le_bytes());
+    seg.extend_from_slice(&1u64.to_le_bytes()); // segment 1
+    seg.extend_from_slice(&0u64.to_le_bytes()); // nothing before it
+    let crc = crc32fast::hash(&seg);
+    seg.extend_from_slice(&crc.to_le_bytes());
+    let records = [
+        (
+            0u64,
+            Command::UpsertNode {
+                node: Node::new("n-at-0", "forged"),
+            },
+        ),
+        (
+            1,
+            Command::UpsertNode {
+                node: Node::new("n1", "client"),
+            },
+        ),
+    ];
+    for (index, cmd) in &records {
+        let payload = postcard::to_allocvec(&(*index, cmd)).expect("encode");
+        let len = u32::try_from(payload.len()).expect("small").to_le_bytes();
+        let mut h = crc32fast::Hasher::new();
+        h.update(&len);
+        h.update(&payload);
+        seg.extend_from_slice(&len);
+        seg.extend_from_slice(&h.finalize().to_le_bytes());
+        seg.extend_from_slice(&payload);
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "schedstate-fuzz-regression-wal0-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(dir.join("wal-00000000000000000001.log"), &seg).expect("write");
+    let opened = DurableStore::open_read_only(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Ok((store, report)) = opened {
+        let snap = store.snapshot();
+        assert!(snap.view().node_by_id("n-at-0").is_none(), "{report:?}");
+        assert!(snap.view().node_by_id("n1").is_some());
+        assert_eq!(snap.view().last_applied(), 1);
+        assert_eq!(snap.view().check_invariants(), Ok(()));
+    }
+}
+
+/// Found by `persist` (seed `fuzz/seeds/persist/snapshot-forged-instance-map-length`).
+///
+/// A snapshot whose checksums are right but whose plugin row announces an instance map
+/// of 2^40 entries: `imbl`'s `OrdMap` deserializer allocated a vector of the announced
+/// length before reading a single entry, so the restore aborted the process ("memory
+/// allocation of 315680096232 bytes failed") instead of refusing the file. Plugin
+/// instance maps now deserialize entry by entry: the restore fails cleanly and the store
+/// is left as it was.
+#[test]
+fn snapshot_with_a_forged_instance_map_length_is_refused_without_allocating() {
+    use schedstate::model::CsiPlugin;
+    use schedstate::persist::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
+
+    // A plugin row with empty maps, then its controllers map length forged.
+    let plugin = CsiPlugin::new("p", 1);
+    let mut row = postcard::to_allocvec(&plugin).expect("encode");
+    let at = postcard::to_allocvec(&("p", "", "", false))
+        .expect("encode")
+        .len();
+    assert_eq!(row[at], 0, "the controllers map length");
+    let forged = postcard::to_allocvec(&(1u64 << 40)).expect("varint");
+    row.splice(at..=at, forged);
+
+    let header = SnapshotHeader {
+        last_applied: 1,
+        tables: vec![TableHeader {
+            name: names::CSI_PLUGINS.into(),
+            index: 1,
+            rows: 1,
+        }],
+    };
+    let header = postcard::to_allocvec(&header).expect("encode");
+    let mut image = Vec::new();
+    image.extend_from_slice(SNAPSHOT_MAGIC);
+    image.extend_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+    image.extend_from_slice(&u32::try_from(header.len()).expect("small").to_le_bytes());
+    image.extend_from_slice(&header);
+    let crc = crc32fast::hash(&image);
+    image.extend_from_slice(&crc.to_le_bytes());
+    let body_start = image.len();
+    image.extend_from_slice(&u32::try_from(row.len()).expect("small").to_le_bytes());
+    image.extend_from_slice(&row);
+    let crc = crc32fast::hash(&image[body_start..]);
+    image.extend_from_slice(&crc.to_le_bytes());
+
+    let store = StateStore::new();
+    store
+        .upsert_node(1, Node::new("n1", "client"))
+        .expect("some state");
+    let before = store.snapshot();
+    let err = store
+        .restore_from(&mut image.as_slice())
+        .expect_err("a row that does not decode");
+    assert!(err.to_string().contains("does not decode"), "{err}");
+    assert!(store.snapshot().raw().same_version(before.raw()));
+}
