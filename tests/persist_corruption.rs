@@ -937,6 +937,65 @@ fn records_out_of_order_are_corrupt() {
 }
 
 #[test]
+fn a_record_at_index_0_is_corrupt() {
+    // Log indexes start at 1: no store writes a record at index 0, so one is forged or
+    // damaged, never "already in the snapshot" — with or without a snapshot.
+    let node = |n: &str| Command::UpsertNode {
+        node: schedstate::model::Node::new(n, n),
+    };
+    let work = TempDir::new("index-0");
+    for records in [
+        vec![(0, node("forged"))],
+        vec![(0, node("forged")), (1, node("n1"))],
+    ] {
+        let seg = craft_segment(1, 0, &records);
+        let layout = BTreeMap::from([(seg_name(1), seg)]);
+        reset_dir(work.path(), &layout);
+        match expect_err(open_ro(work.path()), "index 0, no snapshot") {
+            PersistError::Corrupt { path, offset, .. } => {
+                assert_eq!(file_name(&path), seg_name(1));
+                assert_eq!(offset, SEGMENT_HEADER as u64);
+            }
+            e => panic!("{e}"),
+        }
+        assert_same_files(&files(work.path()), &layout, "read-only open");
+        let e = expect_err(open_rw(work.path()), "index 0, read-write");
+        assert!(matches!(e, PersistError::Corrupt { .. }), "{e}");
+        assert_same_files(&files(work.path()), &layout, "refused read-write open");
+    }
+
+    // Beside a snapshot: a first segment starting at index 0 that still holds the
+    // records of the snapshot (a compaction stopped before deleting it), forged to
+    // begin with a record at index 0.
+    let fx = Fixture::new("index-0-snap", 112, 20, 0);
+    let snap_index = fx.accepted[fx.in_snapshot - 1].0;
+    let mut records = vec![(0, node("forged"))];
+    records.extend(fx.accepted[..fx.in_snapshot].iter().cloned());
+    let mut layout = fx.files();
+    layout.retain(|name, _| !name.starts_with("wal-"));
+    layout.insert(seg_name(1), craft_segment(1, 0, &records));
+    reset_dir(fx.dir.path(), &layout);
+    let e = expect_err(open_ro(fx.dir.path()), "index 0, with a snapshot");
+    assert!(
+        matches!(&e, PersistError::Corrupt { offset, .. } if *offset == SEGMENT_HEADER as u64),
+        "{e}"
+    );
+    assert_same_files(&files(fx.dir.path()), &layout, "read-only open");
+    // The same segment without the forged record opens (the snapshot's records are
+    // skipped), so it is the index 0 that is refused.
+    layout.insert(
+        seg_name(1),
+        craft_segment(1, 0, &fx.accepted[..fx.in_snapshot]),
+    );
+    reset_dir(fx.dir.path(), &layout);
+    let (_, report) = open_ro(fx.dir.path()).expect("a leftover segment opens");
+    assert_eq!(
+        (report.snapshot_index, report.last_applied, report.replayed),
+        (Some(snap_index), snap_index, 0)
+    );
+}
+
+#[test]
 fn a_record_that_does_not_replay_is_a_replay_error() {
     // Well formed, but the rules refuse it (deleting a node that does not exist).
     let work = TempDir::new("replay");

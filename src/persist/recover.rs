@@ -157,6 +157,16 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
             Ok(())
         };
         let scan = scan_segment(path, is_last, on_header, |rec| {
+            // Log indexes start at 1: no store writes index 0, so such a record is
+            // forged or damaged, not "already in the snapshot" (which it would pass for
+            // below, snapshot or not).
+            if rec.index == 0 {
+                return Err(PersistError::Corrupt {
+                    path: path.clone(),
+                    offset: rec.offset,
+                    reason: "log index 0 (indexes start at 1)".into(),
+                });
+            }
             if let Some(prev) = seg_end
                 && rec.index <= prev
             {

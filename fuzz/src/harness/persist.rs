@@ -239,9 +239,9 @@ fn record_crc(len: &[u8], payload: &[u8]) -> u32 {
 /// give (`None` if the log must not open).
 ///
 /// Recovery's rules, restated: the first segment must not start after the snapshot
-/// (index 0 without one); record indexes strictly increase; a record at or below the
-/// snapshot index is already in the snapshot and skipped (without a snapshot that is a
-/// record at index 0, which no store ever writes: see the report of this target);
+/// (index 0 without one); record indexes strictly increase; a record at index 0, which
+/// no store ever writes, is corrupt (it is not "already in the snapshot", with or without
+/// one); a record at or below the snapshot index is already in the snapshot and skipped;
 /// every other record replays, and a refused one fails the open.
 fn built_log(inp: &mut Input<'_>) -> (Option<StateStore>, Vec<u8>) {
     let prev_index = if inp.chance(5) { 1 } else { 0 };
@@ -254,9 +254,9 @@ fn built_log(inp: &mut Input<'_>) -> (Option<StateStore>, Vec<u8>) {
     for _ in 0..inp.below(MAX_COMMANDS) {
         let index = generator.index(inp, last);
         let cmd = generator.command(inp);
-        if previous.is_some_and(|p| index <= p) {
+        if index == 0 || previous.is_some_and(|p| index <= p) {
             ok = false;
-        } else if index > 0 {
+        } else {
             ok &= direct.apply(index, &cmd).is_ok();
         }
         previous = Some(index);
