@@ -2,18 +2,19 @@
 //! command checked against the store itself (opened read-only here), JSON output,
 //! running the demo again, determinism per seed, snapshots, and the error cases.
 
-mod cli_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cli_support::{
-    TempDir, canonical, compact, demo, fails, flip_byte, key_values, load, ok, plain, rows,
-    section, thousands, value,
-};
 use schedstate::model::{CsiPlugin, CsiVolume, Node};
 use schedstate::persist::{DurableStore, Options, SyncPolicy};
 use schedstate::state::StateStore;
+use support::TempDir;
+use support::cli::{
+    compact, demo, dir_canonical, fails, flip_byte, key_values, load, ok, plain, rows, section,
+    thousands, value,
+};
 
 #[test]
 fn help_lists_every_command() {
@@ -25,7 +26,7 @@ fn help_lists_every_command() {
 
 #[test]
 fn demo_then_status_commands_match_the_store() {
-    let dir = TempDir::new("status");
+    let dir = TempDir::absent("status");
     let out = demo(&dir, &["--sync", "never"]);
     assert!(out.contains("(new)"), "{out}");
     assert!(out.contains("  wake "), "no wake-up printed:\n{out}");
@@ -210,7 +211,7 @@ fn demo_then_status_commands_match_the_store() {
 
 #[test]
 fn demo_twice_continues_and_fresh_starts_over() {
-    let dir = TempDir::new("twice");
+    let dir = TempDir::absent("twice");
     let first = demo(&dir, &["--seconds", "1"]);
     assert!(first.contains("(new)"), "{first}");
     let (store, a) = load(&dir);
@@ -243,9 +244,9 @@ fn demo_twice_continues_and_fresh_starts_over() {
 #[test]
 fn the_same_seed_gives_the_same_state() {
     let run = |seed: &str| {
-        let dir = TempDir::new("seed");
+        let dir = TempDir::absent("seed");
         demo(&dir, &["--steps", "150", "--sync", "never", "--seed", seed]);
-        canonical(&dir)
+        dir_canonical(&dir)
     };
     let (a, b, c) = (run("7"), run("7"), run("8"));
     assert_eq!(a, b, "same seed, same state");
@@ -254,13 +255,13 @@ fn the_same_seed_gives_the_same_state() {
 
 #[test]
 fn read_commands_work_while_a_writer_holds_the_lock() {
-    let dir = TempDir::new("locked");
+    let dir = TempDir::absent("locked");
     demo(&dir, &["--steps", "60", "--sync", "never"]);
     let options = Options {
         sync: SyncPolicy::Never,
         ..Options::default()
     };
-    let (db, _) = DurableStore::open(&dir.0, options).unwrap();
+    let (db, _) = DurableStore::open(dir.path(), options).unwrap();
     let table = ok(&["plugin", "status", "--data", dir.arg()]);
     assert!(table.contains("ebs.csi.aws.com"));
     ok(&["inspect", "--data", dir.arg()]);
@@ -290,7 +291,7 @@ fn read_commands_work_while_a_writer_holds_the_lock() {
 
 #[test]
 fn a_missing_directory_is_one_clear_error() {
-    let dir = TempDir::new("missing");
+    let dir = TempDir::absent("missing");
     for cmd in [
         &["plugin", "status"][..],
         &["volume", "status"],
@@ -311,7 +312,7 @@ fn a_missing_directory_is_one_clear_error() {
 
 #[test]
 fn unknown_ids_are_errors() {
-    let dir = TempDir::new("unknown");
+    let dir = TempDir::absent("unknown");
     demo(&dir, &["--steps", "40", "--sync", "never"]);
     let e = fails(&["plugin", "status", "nope", "--data", dir.arg()]);
     assert_eq!(e, "error: plugin \"nope\" not found");
@@ -330,7 +331,7 @@ fn unknown_ids_are_errors() {
 
 #[test]
 fn a_corrupt_snapshot_is_named_with_its_offset() {
-    let dir = TempDir::new("corrupt");
+    let dir = TempDir::absent("corrupt");
     demo(&dir, &["--steps", "40", "--sync", "never"]);
     let snap = compact(&dir);
     flip_byte(&snap, 10);
@@ -350,18 +351,18 @@ fn a_corrupt_snapshot_is_named_with_its_offset() {
 
 #[test]
 fn snapshot_save_and_restore_round_trip() {
-    let dir = TempDir::new("saved");
+    let dir = TempDir::absent("saved");
     demo(&dir, &["--steps", "60", "--sync", "never"]);
-    let file = TempDir::new("state.snap");
+    let file = TempDir::absent("state.snap");
     let out = ok(&["snapshot", "save", file.arg(), "--data", dir.arg()]);
     assert!(out.starts_with("Saved the state at index"), "{out}");
-    assert!(file.0.is_file());
+    assert!(file.path().is_file());
     assert!(!std::path::Path::new(&format!("{}.tmp", file.arg())).exists());
 
-    let restored = TempDir::new("restored");
+    let restored = TempDir::absent("restored");
     let out = ok(&["snapshot", "restore", file.arg(), "--data", restored.arg()]);
     assert!(out.starts_with("Restored the state at index"), "{out}");
-    assert_eq!(canonical(&restored), canonical(&dir));
+    assert_eq!(dir_canonical(&restored), dir_canonical(&dir));
     ok(&["inspect", "--verify", "--data", restored.arg()]);
 
     // The restored directory is a working store: the demo continues on it.
@@ -372,30 +373,29 @@ fn snapshot_save_and_restore_round_trip() {
     // Restoring over a store with newer state replaces it, keeping the old files.
     let out = ok(&["snapshot", "restore", file.arg(), "--data", restored.arg()]);
     assert!(out.contains("replaced files are kept in"), "{out}");
-    assert_eq!(canonical(&restored), canonical(&dir));
-    assert!(restored.0.join("replaced-1").is_dir());
+    assert_eq!(dir_canonical(&restored), dir_canonical(&dir));
+    assert!(restored.path().join("replaced-1").is_dir());
     ok(&["inspect", "--verify", "--data", restored.arg()]);
 
     // Not while a writer holds the directory.
     let (_held, _) = schedstate::persist::DurableStore::open(
-        &restored.0,
+        restored.path(),
         schedstate::persist::Options::default(),
     )
     .expect("open");
     let e = fails(&["snapshot", "restore", file.arg(), "--data", restored.arg()]);
     assert!(e.contains("locked"), "{e}");
 
-    flip_byte(&file.0, 10);
-    let fresh = TempDir::new("never");
+    flip_byte(file.path(), 10);
+    let fresh = TempDir::absent("never");
     let e = fails(&["snapshot", "restore", file.arg(), "--data", fresh.arg()]);
     assert!(e.contains(file.arg()) && e.contains(" at offset "), "{e}");
-    assert!(!fresh.0.exists(), "nothing created for a bad file");
+    assert!(!fresh.path().exists(), "nothing created for a bad file");
 }
 
 #[test]
 fn inspect_verify_reports_a_broken_invariant() {
     let dir = TempDir::new("broken");
-    std::fs::create_dir_all(&dir.0).unwrap();
     // A state no command can build: a volume storing a denormalized field.
     let store = StateStore::new();
     let mut restore = store.begin_restore(5);
@@ -411,7 +411,7 @@ fn inspect_verify_reports_a_broken_invariant() {
     drop(file);
 
     ok(&["inspect", "--data", dir.arg()]);
-    let out = cli_support::schedstate()
+    let out = support::cli::schedstate()
         .args(["inspect", "--verify", "--data", dir.arg()])
         .output()
         .unwrap();

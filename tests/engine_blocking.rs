@@ -2,15 +2,15 @@
 //! once, otherwise the query waits for a change to what it read and answers with the
 //! newer index, or answers with what it last saw when the wait runs out.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Item, key};
 use schedstate::db::{MAX_BLOCKING_WAIT, QueryOptions, QueryResult, View};
+use support::engine::{Fixture, Item, key};
 
 /// Long enough never to be reached by a correct run; a failure, not a measurement.
 const LONG: Duration = Duration::from_secs(10);

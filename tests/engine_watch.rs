@@ -9,7 +9,7 @@
 //! commit (the commit's fan-out must fire it) and registered only after the commit (the
 //! registration's version comparison must fire it).
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,8 +17,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Item, assert_fired, assert_quiet, item, key};
 use schedstate::db::{Error, KeyBuilder, View, WaitOutcome, WatchSet};
+use support::engine::{Fixture, Item, assert_fired, assert_quiet, item, key};
 
 /// Generous bound for waits that must end early (a failure, not a measurement).
 const LONG: Duration = Duration::from_secs(10);

@@ -10,6 +10,7 @@
 #[allow(dead_code)]
 #[path = "../fuzz/src/harness/mod.rs"]
 mod harness;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 
 use schedstate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo, Node, id};
 use schedstate::state::{StateStore, names};
+use support::{TempDir, canonical};
 
 /// Every file under `fuzz/seeds/<target>/`, in name order.
 fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
@@ -142,32 +144,39 @@ fn claim_setting_the_mode_of_an_in_use_volume_must_fit_the_held_claims() {
     };
     use schedstate::state::StateError;
 
-    let store = StateStore::new();
-    let fp = CsiInfo {
-        plugin_id: id("p"),
-        alloc_id: id("x"),
-        healthy: true,
-        node_info: Some(CsiNodeInfo::default()),
-        ..Default::default()
+    // A node of plugin `p`, running allocs `allocs`, and a multi-node-multi-writer
+    // volume `v` of `p`, at indexes 1 to 3.
+    let volume_store = |allocs: &[&str]| {
+        let store = StateStore::new();
+        let fp = CsiInfo {
+            plugin_id: id("p"),
+            alloc_id: id("x"),
+            healthy: true,
+            node_info: Some(CsiNodeInfo::default()),
+            ..Default::default()
+        };
+        store
+            .upsert_node(1, node_with("n1", vec![], vec![fp], 1))
+            .expect("node");
+        let allocs = allocs
+            .iter()
+            .map(|a| Allocation {
+                id: id(a),
+                namespace: id("default"),
+                node_id: id("n1"),
+                ..Default::default()
+            })
+            .collect();
+        store.upsert_allocs(2, allocs).expect("allocs");
+        let mut vol = CsiVolume::new("default", "v", "p");
+        vol.requested_capabilities = vec![CsiVolumeCapability {
+            access_mode: Access::MultiNodeMultiWriter,
+            attachment_mode: CsiVolumeAttachmentMode::FileSystem,
+        }];
+        store.csi_volume_register(3, vec![vol]).expect("volume");
+        store
     };
-    store
-        .upsert_node(1, node_with("n1", vec![], vec![fp], 1))
-        .expect("node");
-    let alloc = |a: &str| Allocation {
-        id: id(a),
-        namespace: id("default"),
-        node_id: id("n1"),
-        ..Default::default()
-    };
-    store
-        .upsert_allocs(2, vec![alloc("a1"), alloc("a2"), alloc("a3")])
-        .expect("allocs");
-    let mut vol = CsiVolume::new("default", "v", "p");
-    vol.requested_capabilities = vec![CsiVolumeCapability {
-        access_mode: Access::MultiNodeMultiWriter,
-        attachment_mode: CsiVolumeAttachmentMode::FileSystem,
-    }];
-    store.csi_volume_register(3, vec![vol]).expect("volume");
+    let store = volume_store(&["a1", "a2", "a3"]);
     let claim = |a: &str, mode, access_mode| CsiVolumeClaim {
         alloc_id: id(a),
         node_id: id("n1"),
@@ -183,7 +192,7 @@ fn claim_setting_the_mode_of_an_in_use_volume_must_fit_the_held_claims() {
     store
         .csi_volume_claim(5, "default", "v", claim("a2", Mode::Read, Access::Unknown))
         .expect("second reader");
-    let before = store.snapshot().canonical_bytes().expect("encode");
+    let before = canonical(&store);
 
     // Single-node modes cannot hold two readers: refused, nothing changes.
     for (index, access) in [(6, Access::SingleNodeReader), (7, Access::SingleNodeWriter)] {
@@ -192,7 +201,7 @@ fn claim_setting_the_mode_of_an_in_use_volume_must_fit_the_held_claims() {
             matches!(got, Err(StateError::MaxClaimsReached { .. })),
             "{access:?}: {got:?}"
         );
-        assert_eq!(store.snapshot().canonical_bytes().expect("encode"), before);
+        assert_eq!(canonical(&store), before);
     }
     // A multi-node mode can: taken, and it sets the mode.
     store
@@ -219,26 +228,7 @@ fn claim_setting_the_mode_of_an_in_use_volume_must_fit_the_held_claims() {
     );
 
     // A writer asking for no mode, then a single-node reader: refused too.
-    let store2 = StateStore::new();
-    let fp = CsiInfo {
-        plugin_id: id("p"),
-        alloc_id: id("x"),
-        healthy: true,
-        node_info: Some(CsiNodeInfo::default()),
-        ..Default::default()
-    };
-    store2
-        .upsert_node(1, node_with("n1", vec![], vec![fp], 1))
-        .expect("node");
-    store2
-        .upsert_allocs(2, vec![alloc("a1"), alloc("a2")])
-        .expect("allocs");
-    let mut vol = CsiVolume::new("default", "v", "p");
-    vol.requested_capabilities = vec![CsiVolumeCapability {
-        access_mode: Access::MultiNodeMultiWriter,
-        attachment_mode: CsiVolumeAttachmentMode::FileSystem,
-    }];
-    store2.csi_volume_register(3, vec![vol]).expect("volume");
+    let store2 = volume_store(&["a1", "a2"]);
     store2
         .csi_volume_claim(4, "default", "v", claim("a1", Mode::Write, Access::Unknown))
         .expect("writer");
@@ -265,16 +255,10 @@ fn claim_setting_the_mode_of_an_in_use_volume_must_fit_the_held_claims() {
 /// command never takes effect.
 #[test]
 fn log_record_at_index_0_never_takes_effect() {
-    use schedstate::persist::{DurableStore, PersistError, WAL_MAGIC, WAL_VERSION};
+    use schedstate::persist::{DurableStore, PersistError};
     use schedstate::state::Command;
+    use support::persist::{craft_segment, seg_name};
 
-    let mut seg = Vec::new();
-    seg.extend_from_slice(WAL_MAGIC);
-    seg.extend_from_slice(&WAL_VERSION.to_le_bytes());
-    seg.extend_from_slice(&1u64.to_le_bytes()); // segment 1
-    seg.extend_from_slice(&0u64.to_le_bytes()); // nothing before it
-    let crc = crc32fast::hash(&seg);
-    seg.extend_from_slice(&crc.to_le_bytes());
     let records = [
         (
             0u64,
@@ -289,25 +273,11 @@ fn log_record_at_index_0_never_takes_effect() {
             },
         ),
     ];
-    for (index, cmd) in &records {
-        let payload = postcard::to_allocvec(&(*index, cmd)).expect("encode");
-        let len = u32::try_from(payload.len()).expect("small").to_le_bytes();
-        let mut h = crc32fast::Hasher::new();
-        h.update(&len);
-        h.update(&payload);
-        seg.extend_from_slice(&len);
-        seg.extend_from_slice(&h.finalize().to_le_bytes());
-        seg.extend_from_slice(&payload);
-    }
-    let dir = std::env::temp_dir().join(format!(
-        "schedstate-fuzz-regression-wal0-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    std::fs::write(dir.join("wal-00000000000000000001.log"), &seg).expect("write");
-    let opened = DurableStore::open_read_only(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
+    // Segment 1, nothing before it.
+    let seg = craft_segment(1, 0, &records);
+    let dir = TempDir::new("fuzz-regression-wal0");
+    std::fs::write(dir.join(&seg_name(1)), &seg).expect("write");
+    let opened = DurableStore::open_read_only(dir.path());
     match opened {
         Err(PersistError::Corrupt { offset, .. }) => assert_eq!(offset, 32, "the first record"),
         Err(e) => panic!("{e}"),

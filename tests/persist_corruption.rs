@@ -4,21 +4,21 @@
 //! truncations of the log; files that are not ours, empty, missing or locked
 //! directories, unknown versions, missing segments.
 
-mod persist_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use persist_support::{
-    Gen, SEGMENT_HEADER, TempDir, assert_invariants, assert_same_files, canonical, error_path,
-    fast, file_name, files, kind, record_spans, replay_bytes, reset_dir, run_durable, segments,
-    snapshots,
-};
 use schedstate::persist::{
     DurableStore, OpenReport, PersistError, SNAPSHOT_VERSION, TornTail, WAL_VERSION,
 };
 use schedstate::state::{Command, StateStore};
+use support::persist::{
+    Gen, SEGMENT_HEADER, assert_same_files, craft_segment, error_path, fast, file_name, files,
+    kind, record_spans, replay_bytes, reset_dir, run_durable, seg_name, segments, snapshots,
+};
+use support::{TempDir, assert_invariants, canonical};
 
 type Records = Vec<(u64, Command)>;
 
@@ -395,7 +395,7 @@ fn truncating_the_last_segment_loses_only_the_cut_record() {
         let (db, report) = DurableStore::open(work.path(), fast()).unwrap();
         assert_eq!(report.torn_tail, None, "cut at {cut}: repaired");
         let next = report.last_applied + 1;
-        assert!(persist_support::apply_durable(
+        assert!(support::persist::apply_durable(
             &db,
             next,
             &Command::DeleteAllocs { ids: vec![] }
@@ -600,7 +600,7 @@ fn a_missing_directory_is_created_by_open_only() {
     let (db, report) = DurableStore::open(&dir, fast()).expect("open creates it");
     assert_eq!(report.last_applied, 0);
     assert!(dir.is_dir());
-    assert!(persist_support::apply_durable(
+    assert!(support::persist::apply_durable(
         &db,
         1,
         &Command::UpsertNode {
@@ -634,7 +634,7 @@ fn a_regular_file_is_not_a_directory() {
 fn a_directory_open_for_writing_is_locked() {
     let dir = TempDir::new("locked");
     let (db, _) = DurableStore::open(dir.path(), fast()).unwrap();
-    assert!(persist_support::apply_durable(
+    assert!(support::persist::apply_durable(
         &db,
         1,
         &Command::UpsertNode {
@@ -801,7 +801,7 @@ fn leftovers_of_an_interrupted_compaction_are_cleaned_up() {
     assert!(!fx.dir.join(&tmp).exists(), "temporary removed");
     let n = fx.accepted.last().unwrap().0 + 1;
     let cmd = Command::DeleteAllocs { ids: vec![] };
-    assert!(persist_support::apply_durable(&db, n, &cmd));
+    assert!(support::persist::apply_durable(&db, n, &cmd));
     drop(db);
     let (store, report) = DurableStore::open_read_only(fx.dir.path()).unwrap();
     assert_eq!(report.torn_tail, None);
@@ -841,33 +841,6 @@ fn garbage_appended_to_a_snapshot_is_corrupt() {
     );
     assert!(matches!(e, PersistError::Corrupt { .. }), "{e}");
     assert_eq!(error_path(&e), Some(path.as_path()));
-}
-
-/// A log segment built here from the documented format: `MAGIC | VERSION | SEQ |
-/// PREV_INDEX | CRC` then `LEN | CRC(LEN, payload) | postcard((index, command))`.
-fn craft_segment(seq: u64, prev_index: u64, records: &[(u64, Command)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(b"SCHEDWAL");
-    out.extend_from_slice(&WAL_VERSION.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&prev_index.to_le_bytes());
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    for record in records {
-        let payload = postcard::to_allocvec(record).unwrap();
-        let len = (payload.len() as u32).to_le_bytes();
-        let mut h = crc32fast::Hasher::new();
-        h.update(&len);
-        h.update(&payload);
-        out.extend_from_slice(&len);
-        out.extend_from_slice(&h.finalize().to_le_bytes());
-        out.extend_from_slice(&payload);
-    }
-    out
-}
-
-fn seg_name(seq: u64) -> String {
-    format!("wal-{seq:020}.log")
 }
 
 #[test]

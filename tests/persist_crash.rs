@@ -10,18 +10,17 @@
 //! `SCHEDSTATE_CRASH_SEED` the seed. The long run:
 //! `SCHEDSTATE_CRASH_KILLS=1000 cargo test --release --test persist_crash -- --nocapture`.
 
-mod persist_support;
+mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
-use persist_support::{
-    Gen, TempDir, apply_durable, apply_mem, assert_invariants, canonical, fast, options,
-};
 use schedstate::persist::{DurableStore, PersistError, SyncPolicy};
 use schedstate::state::{Command, StateStore};
+use support::persist::{Gen, apply_durable, apply_mem, fast, options};
+use support::{TempDir, assert_invariants, canonical, last_applied};
 
 /// Set in a child: the data directory to write to.
 const CHILD_DIR: &str = "SCHEDSTATE_CRASH_CHILD";
@@ -171,28 +170,19 @@ struct Tally {
 /// `floor`, as a power cut may lose unsynced writes; returns the bytes removed, if
 /// any could be.
 fn lose_unacknowledged_tail(dir: &Path, floor: u64, rng: &mut fastrand::Rng) -> Option<usize> {
-    let last = persist_support::segments(dir).pop()?;
+    let last = support::persist::segments(dir).pop()?;
     let bytes = std::fs::read(&last).unwrap();
-    if bytes.len() < persist_support::SEGMENT_HEADER {
+    if bytes.len() < support::persist::SEGMENT_HEADER {
         return None;
     }
     // Keep the header (created durable before any record) and every record up to the
     // floor.
-    let mut keep = persist_support::SEGMENT_HEADER;
-    let mut at = keep;
-    while at + 8 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        let end = at + 8 + len;
-        if end > bytes.len() {
-            break;
-        }
-        let (index, _): (u64, Command) =
-            postcard::from_bytes(&bytes[at + 8..end]).expect("a record of ours");
-        if index <= floor {
-            keep = end;
-        }
-        at = end;
-    }
+    let keep = support::persist::whole_records(&bytes)
+        .iter()
+        .filter(|r| support::persist::record_index(&bytes, r) <= floor)
+        .map(|r| r.end)
+        .max()
+        .unwrap_or(support::persist::SEGMENT_HEADER);
     if keep >= bytes.len() {
         return None;
     }
@@ -359,7 +349,7 @@ fn acknowledged_writes_survive_sigkill() {
         );
         advance(&reference, &mut g, &mut pending, last);
         assert_eq!(
-            reference.snapshot().view().last_applied(),
+            last_applied(&reference),
             last,
             "round {round}: the recovered index is that of an accepted command"
         );

@@ -3,16 +3,12 @@
 //! snapshot, committed once. Every later version must open them with identical
 //! content. See `tests/golden/v1/README.md`.
 
-mod persist_support;
+mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use persist_support::{
-    TempDir, apply_durable, assert_invariants, canonical, copy_dir, fast, files, replay,
-    snapshot_bytes,
-};
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiVolume,
     CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability, CsiVolumeClaim,
@@ -20,6 +16,8 @@ use schedstate::model::{
 };
 use schedstate::persist::{DurableStore, SNAPSHOT_VERSION, WAL_VERSION};
 use schedstate::state::{Command, StateStore, VolumeClaimRequest};
+use support::persist::{apply_durable, copy_dir, fast, files, replay, snapshot_bytes};
+use support::{TempDir, assert_invariants, canonical};
 
 /// The golden files of format version 1.
 fn golden() -> PathBuf {
@@ -357,7 +355,7 @@ fn the_golden_snapshot_restores_with_identical_content() {
 #[test]
 fn the_golden_files_are_version_1() {
     let data = golden().join("data");
-    for path in persist_support::snapshots(&data)
+    for path in support::persist::snapshots(&data)
         .into_iter()
         .chain([golden().join("state.snap")])
     {
@@ -365,7 +363,7 @@ fn the_golden_files_are_version_1() {
         assert_eq!(&b[0..8], b"SCHEDSNP", "{}", path.display());
         assert_eq!(&b[8..12], &1u32.to_le_bytes(), "{}", path.display());
     }
-    let segs = persist_support::segments(&data);
+    let segs = support::persist::segments(&data);
     assert_eq!(segs.len(), 1);
     let b = fs::read(&segs[0]).unwrap();
     assert_eq!(&b[0..8], b"SCHEDWAL");

@@ -4,7 +4,7 @@
 //! the rest equals the replay of everything; `restore_from(snapshot_to(s))` equals `s`
 //! byte for byte and wakes every watch.
 
-mod persist_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,14 +12,15 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use persist_support::{
-    Gen, TempDir, apply_durable, assert_invariants, canonical, fast, file_name, options, replay,
-    replay_bytes, run_durable, run_mem, segments, snapshot_bytes, snapshots,
-};
 use schedstate::db::{Error as DbError, WaitOutcome, WatchSet};
 use schedstate::model::Node;
 use schedstate::persist::{DurableStore, PersistError, SyncPolicy};
 use schedstate::state::{Command, StateError, StateStore};
+use support::persist::{
+    Gen, apply_durable, fast, file_name, options, replay, replay_bytes, run_durable, run_mem,
+    segments, snapshot_bytes, snapshots,
+};
+use support::{TempDir, assert_invariants, canonical, last_applied};
 
 /// Opens `dir` again and checks its state against `expected` and against a fresh
 /// replay of `accepted`; returns the reopened store.
@@ -68,7 +69,7 @@ fn generator_is_deterministic_and_mostly_valid() {
     let mut by_kind: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for _ in 0..1500 {
         let (index, cmd) = g.next();
-        let ok = persist_support::apply_mem(&store, index, &cmd);
+        let ok = support::persist::apply_mem(&store, index, &cmd);
         let e = by_kind.entry(cmd.kind()).or_default();
         e.0 += 1;
         e.1 += usize::from(ok);
@@ -140,7 +141,7 @@ fn reopen_after_explicit_compaction() {
     let mut g = Gen::new(3);
     let (db, _) = DurableStore::open(dir.path(), fast()).unwrap();
     let mut accepted = run_durable(&db, &mut g, 200);
-    let at = db.store().snapshot().view().last_applied();
+    let at = last_applied(db.store());
     db.compact().expect("compact");
     assert_eq!(
         snapshots(dir.path())
@@ -314,7 +315,7 @@ fn a_failed_restore_leaves_the_store_unchanged() {
     assert!(target.restore_from(&mut flipped.as_slice()).is_err());
     assert_eq!(canonical(&target), before);
     // The store still takes writes after the failed restores.
-    let next = target.snapshot().view().last_applied() + 1;
+    let next = last_applied(&target) + 1;
     target
         .upsert_node(next, Node::new("after", "after"))
         .expect("writes still work");

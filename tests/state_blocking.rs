@@ -5,7 +5,7 @@
 //! Timing is checked loosely: "did not answer early" means "took at least most of the
 //! max wait", never an upper bound tighter than seconds.
 
-mod vol_support;
+mod support;
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use schedstate::db::QueryOptions;
 use schedstate::model::Node;
 use schedstate::state::{StateStore, names};
-use vol_support::*;
+use support::volumes::*;
+use support::*;
 
 /// The wait of queries that must not answer before it passes.
 const SHORT: Duration = Duration::from_millis(150);

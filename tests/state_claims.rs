@@ -2,13 +2,14 @@
 //! schedulable rules, idempotent re-claims, release steps, gc claims and atomic
 //! batches — all through claim commands on a cluster built from node fingerprints.
 
-mod vol_support;
+mod support;
 
 use std::sync::Arc;
 
 use schedstate::model::{ClientStatus, CsiVolumeClaim, DesiredStatus, id};
 use schedstate::state::{Command, StateError};
-use vol_support::*;
+use support::volumes::*;
+use support::*;
 
 fn is_max(err: &StateError, mode: Mode) -> bool {
     matches!(err, StateError::MaxClaimsReached { mode: m, .. } if *m == mode)
@@ -282,7 +283,7 @@ fn claim_for_an_alloc_not_in_the_allocs_table_is_alloc_not_found() {
     );
     assert_eq!(err, StateError::AllocNotFound(id("ghost")));
     // A prefix of an existing alloc id is not that alloc.
-    h.upsert_allocs(vec![alloc("b10", "n1")]);
+    h.upsert_allocs(vec![running("b10", "n1")]);
     let err = h.claim_rejected(
         "vol",
         claim("b1", Mode::Write, Access::MultiNodeMultiWriter),
@@ -537,7 +538,7 @@ fn claim_gc_changes_nothing_but_modify_index_and_persists_repaired_past_claims()
     h.claim("vol", claim("a2", Mode::Read, Access::MultiNodeMultiWriter));
     h.claim("vol", claim("a3", Mode::Read, Access::MultiNodeMultiWriter));
     h.delete_allocs(&["a1"]);
-    h.upsert_allocs(vec![alloc_with(
+    h.upsert_allocs(vec![alloc(
         "a2",
         "n1",
         DesiredStatus::Run,

@@ -301,7 +301,7 @@ fn update_node_status_drain_eligibility_touch_only_the_node() {
 #[test]
 fn update_node_to_the_same_value_moves_only_last_applied() {
     let store = cluster();
-    let before = bytes(&store);
+    let before = canonical(&store);
     store
         .update_node_status(10, "n1", NodeStatus::Ready)
         .expect("status");
@@ -314,12 +314,12 @@ fn update_node_to_the_same_value_moves_only_last_applied() {
     assert_eq!(n.modify_index, 2);
     assert_eq!(table_index(&store, names::NODES), 3);
     // Only last_applied differs in the canonical encoding.
-    assert_ne!(bytes(&store), before);
+    assert_ne!(canonical(&store), before);
     let replay = cluster();
     replay
         .update_node_status(12, "n2", NodeStatus::Ready)
         .expect("no-op");
-    assert_eq!(bytes(&store), bytes(&replay));
+    assert_eq!(canonical(&store), canonical(&replay));
 }
 
 #[test]
@@ -1034,15 +1034,15 @@ fn determinism_two_stores_fed_same_commands_have_identical_bytes() {
             assert_eq!(ra, rc, "seed {seed} step {step}");
             accepted += usize::from(ra.is_ok());
             if step % 50 == 0 {
-                assert_eq!(bytes(&a), bytes(&b), "seed {seed} step {step}");
+                assert_eq!(canonical(&a), canonical(&b), "seed {seed} step {step}");
             }
         }
         assert!(
             accepted > 100,
             "seed {seed}: only {accepted} writes accepted"
         );
-        assert_eq!(bytes(&a), bytes(&b), "seed {seed}");
-        assert_eq!(bytes(&a), bytes(&c), "seed {seed}");
+        assert_eq!(canonical(&a), canonical(&b), "seed {seed}");
+        assert_eq!(canonical(&a), canonical(&c), "seed {seed}");
         assert_eq!(table_indexes(&a), table_indexes(&b));
         assert!(a.snapshot().view().csi_plugins().count() > 0, "seed {seed}");
     }
@@ -1345,7 +1345,7 @@ fn run_model(seed: u64, len: usize, corners: bool) {
     let mut model = Model::default();
     for (step, (index, cmd)) in gen_sequence(seed, len, corners).into_iter().enumerate() {
         let at = format!("seed {seed} step {step} index {index} {}", cmd.kind());
-        let before = bytes(&store);
+        let before = canonical(&store);
         let expected = model.clone().apply(index, &cmd);
         let got = store.apply(index, &cmd);
         match (&expected, &got) {
@@ -1355,7 +1355,7 @@ fn run_model(seed: u64, len: usize, corners: bool) {
             (Err(want), Err(e)) => {
                 assert_eq!(&error_tag(e), want, "{at}");
                 assert_eq!(
-                    bytes(&store),
+                    canonical(&store),
                     before,
                     "{at}: failed write changed the store"
                 );

@@ -1,13 +1,14 @@
 //! Volume registration, deregistration, denormalization, volume reads and the
 //! `csi_volumes` table index (SPEC §2 "Register volumes", "Deregister volumes", §3).
 
-mod vol_support;
+mod support;
 
 use std::sync::Arc;
 
 use schedstate::model::{ClientStatus, DesiredStatus, id};
 use schedstate::state::{Command, StateError, names};
-use vol_support::*;
+use support::volumes::*;
+use support::*;
 
 // ---------------------------------------------------------------------------------
 // Register
@@ -356,7 +357,7 @@ fn deregister_in_use_without_force_fails_even_when_allocs_are_terminal_or_gone()
         "vol-1",
         claim("a2", Mode::Write, Access::MultiNodeMultiWriter),
     );
-    h.upsert_allocs(vec![alloc_with(
+    h.upsert_allocs(vec![alloc(
         "a1",
         "n1",
         DesiredStatus::Stop,
@@ -380,10 +381,10 @@ fn deregister_force_succeeds_when_every_claiming_alloc_is_terminal_or_gone() {
     }
     h.upsert_allocs(vec![
         // Server-terminal only.
-        alloc_with("a1", "n1", DesiredStatus::Stop, ClientStatus::Running),
+        stopped("a1", "n1"),
         // Client-terminal only.
-        alloc_with("a2", "n1", DesiredStatus::Run, ClientStatus::Failed),
-        alloc_with("a3", "n1", DesiredStatus::Evict, ClientStatus::Lost),
+        alloc("a2", "n1", DesiredStatus::Run, ClientStatus::Failed),
+        alloc("a3", "n1", DesiredStatus::Evict, ClientStatus::Lost),
     ]);
     // a4 still running: force is not enough.
     let err = h.reject(&H::deregister_cmd(NS, &["vol-1"], true));
@@ -512,7 +513,7 @@ fn volume_denormalize_without_plugin_keeps_provider_and_controller_required() {
     assert!(h.vol("vol-1").schedulable);
     h.delete_nodes(&["n1"]);
     assert!(
-        h.store.snapshot().view().csi_plugin_by_id(PLUGIN).is_none(),
+        plugin(&h.store, PLUGIN).is_none(),
         "the empty plugin is deleted"
     );
     let v = h.vol("vol-1");
@@ -577,9 +578,9 @@ fn volume_denormalize_repairs_past_claims_of_deleted_or_client_terminal_allocs()
     );
     h.delete_allocs(&["a1"]);
     h.upsert_allocs(vec![
-        alloc_with("a2", "n1", DesiredStatus::Run, ClientStatus::Complete),
+        alloc("a2", "n1", DesiredStatus::Run, ClientStatus::Complete),
         // Server-terminal only: not repaired.
-        alloc_with("a3", "n1", DesiredStatus::Stop, ClientStatus::Running),
+        stopped("a3", "n1"),
     ]);
     let stored = h.stored("vol-1");
     let bytes = h.bytes();
@@ -621,7 +622,7 @@ fn volume_denormalize_synthesizes_a_past_claim_when_the_current_claim_is_missing
     // No command stores a claiming alloc without its claim, so the inconsistent row is
     // planted with a raw engine write (as a restored older snapshot could hold it).
     let mut h = cluster_with(&["vol-1"]);
-    h.upsert_allocs(vec![alloc_with(
+    h.upsert_allocs(vec![alloc(
         "a2",
         "n2",
         DesiredStatus::Run,
@@ -791,24 +792,21 @@ fn volumes_by_node_id_lists_volumes_of_live_allocs_and_skips_missing_ones() {
     ]);
     h.upsert_allocs(vec![
         // Desired run, client running; "v-missing" sorts before the others.
-        requesting(alloc("a1", "n1"), &["v-b", "v-0missing", "v-a"]),
+        requesting(running("a1", "n1"), &["v-b", "v-0missing", "v-a"]),
         // Desired stop but still client running: listed.
-        requesting(
-            alloc_with("a2", "n1", DesiredStatus::Stop, ClientStatus::Running),
-            &["v-c"],
-        ),
+        requesting(stopped("a2", "n1"), &["v-c"]),
         // Desired run, client pending: listed.
         requesting(
-            alloc_with("a3", "n1", DesiredStatus::Run, ClientStatus::Pending),
+            alloc("a3", "n1", DesiredStatus::Run, ClientStatus::Pending),
             &["v-d", "v-a"],
         ),
         // Desired stop and client complete: not listed.
         requesting(
-            alloc_with("b1", "n1", DesiredStatus::Stop, ClientStatus::Complete),
+            alloc("b1", "n1", DesiredStatus::Stop, ClientStatus::Complete),
             &["v-e"],
         ),
         // Another node.
-        requesting(alloc("a4", "n2"), &["v-f"]),
+        requesting(running("a4", "n2"), &["v-f"]),
     ]);
     let snap = h.store.snapshot();
     let v = snap.view();
@@ -852,7 +850,7 @@ fn table_index_csi_volumes_moves_with_every_volume_change_and_only_then() {
 
     // Writes to other tables leave it alone, even when they change the plugin.
     h.upsert_node(client("n3", &[node_fp(PLUGIN, "plug-n3", true)], &[]));
-    h.upsert_allocs(vec![alloc("a7", "n3")]);
+    h.upsert_allocs(vec![running("a7", "n3")]);
     h.delete_allocs(&["a7"]);
     h.apply(&Command::UpdateNodeDrain {
         id: id("n3"),

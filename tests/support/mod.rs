@@ -1,9 +1,26 @@
-//! Shared builders and checks of the node, plugin and allocation tests: fingerprints,
-//! nodes, allocations, and "the store is exactly as it was" assertions.
+//! Shared helpers of the integration tests, compiled into each test binary that says
+//! `mod support;`.
+//!
+//! Here: builders of fingerprints, nodes and allocations, reads of a store, the "the
+//! store is exactly as it was" check of a refused command, and temporary directories.
+//! The submodules hold what one family of tests needs on top:
+//! - [`volumes`]: volumes, claims and `H`, a store applying commands at steps of 10;
+//! - [`engine`]: the `db` fixture of the watch and blocking-query tests;
+//! - [`persist`]: data directories, log segments and a generator of command streams;
+//! - [`cli`]: running the binary and reading its output.
+//!
+//! Every test binary compiles all of it and uses a part, hence `dead_code` is allowed.
 
 #![allow(dead_code)]
 
+pub mod cli;
+pub mod engine;
+pub mod persist;
+pub mod volumes;
+
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, DesiredStatus,
@@ -111,14 +128,15 @@ impl Fp {
         self
     }
 
-    /// The plugin id.
-    pub fn plugin_id(&self) -> Id {
-        self.0.plugin_id.clone()
-    }
-
     /// The finished fingerprint.
     pub fn info(self) -> Arc<CsiInfo> {
         Arc::new(self.0)
+    }
+}
+
+impl From<Fp> for Arc<CsiInfo> {
+    fn from(fp: Fp) -> Arc<CsiInfo> {
+        fp.info()
     }
 }
 
@@ -132,29 +150,32 @@ pub fn node(node_id: &str) -> NodeB {
 }
 
 impl NodeB {
-    /// Files `fp` in the controller map under its own plugin id.
-    pub fn ctrl(mut self, fp: Fp) -> NodeB {
+    /// Files `fp` (an [`Fp`] or a finished fingerprint) in the controller map under its
+    /// own plugin id.
+    pub fn ctrl(mut self, fp: impl Into<Arc<CsiInfo>>) -> NodeB {
+        let fp = fp.into();
         self.0
             .csi_controller_plugins
-            .insert(fp.plugin_id(), fp.info());
+            .insert(fp.plugin_id.clone(), fp);
         self
     }
 
     /// Files `fp` in the node map under its own plugin id.
-    pub fn node(mut self, fp: Fp) -> NodeB {
-        self.0.csi_node_plugins.insert(fp.plugin_id(), fp.info());
+    pub fn node(mut self, fp: impl Into<Arc<CsiInfo>>) -> NodeB {
+        let fp = fp.into();
+        self.0.csi_node_plugins.insert(fp.plugin_id.clone(), fp);
         self
     }
 
     /// Files `fp` in the controller map under `key` (which may be wrong).
-    pub fn ctrl_under(mut self, key: &str, fp: Fp) -> NodeB {
-        self.0.csi_controller_plugins.insert(id(key), fp.info());
+    pub fn ctrl_under(mut self, key: &str, fp: impl Into<Arc<CsiInfo>>) -> NodeB {
+        self.0.csi_controller_plugins.insert(id(key), fp.into());
         self
     }
 
     /// Files `fp` in the node map under `key` (which may be wrong).
-    pub fn node_under(mut self, key: &str, fp: Fp) -> NodeB {
-        self.0.csi_node_plugins.insert(id(key), fp.info());
+    pub fn node_under(mut self, key: &str, fp: impl Into<Arc<CsiInfo>>) -> NodeB {
+        self.0.csi_node_plugins.insert(id(key), fp.into());
         self
     }
 
@@ -164,7 +185,7 @@ impl NodeB {
     }
 }
 
-/// An allocation of job `web` (namespace `default`) on `node_id`.
+/// An allocation of job `plugin-job` (namespace `default`) on `node_id`.
 pub fn alloc(
     alloc_id: &str,
     node_id: &str,
@@ -254,18 +275,27 @@ pub fn table_indexes(store: &StateStore) -> Vec<(&'static str, u64)> {
 }
 
 /// The canonical bytes of the current state.
-pub fn bytes(store: &StateStore) -> Vec<u8> {
+pub fn canonical(store: &StateStore) -> Vec<u8> {
     store
         .snapshot()
         .canonical_bytes()
         .expect("canonical bytes encode")
 }
 
+/// Panics if the store breaks an invariant.
+#[track_caller]
+pub fn assert_invariants(store: &StateStore) {
+    if let Err(e) = store.snapshot().view().check_invariants() {
+        panic!("{e}");
+    }
+}
+
 /// Applies `cmd` at `index`, expects it to fail, checks that the store is exactly as it
 /// was (canonical bytes, every table index, last applied, latest index), and returns
 /// the error.
+#[track_caller]
 pub fn assert_rejected(store: &StateStore, index: u64, cmd: &Command) -> StateError {
-    let before = bytes(store);
+    let before = canonical(store);
     let indexes = table_indexes(store);
     let applied = last_applied(store);
     let latest = store.snapshot().view().latest_index();
@@ -274,7 +304,7 @@ pub fn assert_rejected(store: &StateStore, index: u64, cmd: &Command) -> StateEr
         Err(e) => e,
     };
     assert_eq!(
-        bytes(store),
+        canonical(store),
         before,
         "{}: state bytes changed ({err})",
         cmd.kind()
@@ -328,4 +358,54 @@ pub fn plugin_changes(
             (row.id.to_string(), c.kind())
         })
         .collect()
+}
+
+/// A path under the system's temporary directory, unique per process and call, removed
+/// (directory or file) when dropped.
+#[derive(Debug)]
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// A fresh, empty directory named after `tag`.
+    pub fn new(tag: &str) -> TempDir {
+        let dir = TempDir::absent(tag);
+        std::fs::create_dir_all(&dir.path).expect("create temp dir");
+        dir
+    }
+
+    /// A fresh path named after `tag` that does not exist yet: for a directory or file
+    /// the code under test is to create, or must not create.
+    pub fn absent(tag: &str) -> TempDir {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("schedstate-test-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let _ = std::fs::remove_file(&path);
+        TempDir { path }
+    }
+
+    /// The path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path as a command-line argument.
+    pub fn arg(&self) -> &str {
+        self.path.to_str().expect("utf-8 temp path")
+    }
+
+    /// A path inside the directory.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+    }
 }

@@ -1,46 +1,14 @@
-//! Helpers of the command-line tests: temporary data directories, running the binary,
-//! and reading its tables.
-
-#![allow(dead_code)]
+//! Helpers of the command-line tests: running the binary, reading its tables, and
+//! loading and damaging the data directories it writes (a [`TempDir`], usually
+//! [`TempDir::absent`]: the tool creates it).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use assert_cmd::Command;
 use schedstate::persist::{DurableStore, Options};
 use schedstate::state::StateStore;
 
-/// A directory under the system's temporary directory, removed when dropped.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    /// A fresh, not yet existing path unique to this process and call.
-    pub fn new(name: &str) -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("schedstate-cli-{}-{n}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        TempDir(path)
-    }
-
-    /// The path as a string argument.
-    pub fn arg(&self) -> &str {
-        self.0.to_str().expect("utf-8 temp path")
-    }
-
-    /// A path inside the directory (or beside it, for files).
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use super::{TempDir, canonical};
 
 /// The binary under test.
 pub fn schedstate() -> Command {
@@ -133,13 +101,13 @@ pub fn section<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
 
 /// The directory's state, loaded read-only, and its last applied index.
 pub fn load(dir: &TempDir) -> (StateStore, u64) {
-    let (store, report) = DurableStore::open_read_only(&dir.0).expect("the directory loads");
+    let (store, report) = DurableStore::open_read_only(dir.path()).expect("the directory loads");
     (store, report.last_applied)
 }
 
 /// The canonical bytes of the directory's state.
-pub fn canonical(dir: &TempDir) -> Vec<u8> {
-    load(dir).0.snapshot().canonical_bytes().unwrap()
+pub fn dir_canonical(dir: &TempDir) -> Vec<u8> {
+    canonical(&load(dir).0)
 }
 
 /// `1,234` as 1234.
@@ -162,10 +130,10 @@ pub fn thousands(n: u64) -> String {
 
 /// Writes a snapshot into the directory (a compaction) and returns its path.
 pub fn compact(dir: &TempDir) -> PathBuf {
-    let (db, _) = DurableStore::open(&dir.0, Options::default()).unwrap();
+    let (db, _) = DurableStore::open(dir.path(), Options::default()).unwrap();
     db.compact().unwrap();
     drop(db);
-    std::fs::read_dir(&dir.0)
+    std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "snap"))

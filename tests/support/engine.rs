@@ -1,7 +1,5 @@
-//! Shared fixture of the engine's watch and blocking-query tests: a table of items
-//! with a non-unique `group` index, and a second, unrelated table.
-
-#![allow(dead_code)]
+//! The fixture of the engine's watch and blocking-query tests: a table of items with a
+//! non-unique `group` index, and a second, unrelated table.
 
 use std::sync::Arc;
 use std::time::Duration;

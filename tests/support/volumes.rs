@@ -1,25 +1,23 @@
-//! Shared fixture of the volume, claim and blocking-query tests: builders for
-//! fingerprints, nodes, allocations, volumes and claims, and a harness that applies
-//! commands at increasing log indexes.
+//! Helpers of the volume, claim and blocking-query tests: shorthands for the
+//! fingerprints and nodes of [`super`], volumes and claims, and `H`, a store that applies
+//! commands at increasing log indexes. Use with `use support::*; use support::volumes::*;`.
 //!
 //! Plugins are only ever created the way production creates them: by upserting nodes
 //! whose fingerprints name them.
-
-#![allow(dead_code)]
 
 use std::sync::Arc;
 
 use schedstate::db::CommitInfo;
 use schedstate::model::{
-    Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiVolume,
-    CsiVolumeCapability, CsiVolumeClaim, CsiVolumeRequest, DesiredStatus, Id, Node, id,
+    Allocation, CsiInfo, CsiVolume, CsiVolumeCapability, CsiVolumeClaim, CsiVolumeRequest, Id,
+    Node, id,
 };
 use schedstate::state::{Command, StateError, StateStore, VolumeClaimRequest, names};
 
+use super::{Fp, assert_rejected, canonical, ids, node, running};
+
 pub const NS: &str = "default";
 pub const PLUGIN: &str = "ebs";
-pub const PROVIDER: &str = "ebs.csi.aws.com";
-pub const VERSION: &str = "1.25.0";
 
 pub use schedstate::model::CsiVolumeAccessMode as Access;
 pub use schedstate::model::CsiVolumeAttachmentMode as Attach;
@@ -31,21 +29,7 @@ pub use schedstate::model::CsiVolumeClaimState as State;
 
 /// A node-instance fingerprint of `plugin`, run by `alloc`.
 pub fn node_fp(plugin: &str, alloc: &str, healthy: bool) -> Arc<CsiInfo> {
-    Arc::new(CsiInfo {
-        plugin_id: id(plugin),
-        alloc_id: id(alloc),
-        healthy,
-        health_description: if healthy { "healthy" } else { "unhealthy" }.into(),
-        provider: PROVIDER.into(),
-        provider_version: VERSION.into(),
-        node_info: Some(CsiNodeInfo {
-            id: format!("i-{alloc}"),
-            max_volumes: 16,
-            accessible_topology: None,
-            requires_node_stage_volume: true,
-        }),
-        ..Default::default()
-    })
+    Fp::node(plugin, alloc).healthy(healthy).info()
 }
 
 /// A controller-instance fingerprint of `plugin`, run by `alloc`.
@@ -55,70 +39,34 @@ pub fn ctrl_fp(
     healthy: bool,
     requires_controller: bool,
 ) -> Arc<CsiInfo> {
-    Arc::new(CsiInfo {
-        plugin_id: id(plugin),
-        alloc_id: id(alloc),
-        healthy,
-        health_description: if healthy { "healthy" } else { "unhealthy" }.into(),
-        provider: PROVIDER.into(),
-        provider_version: VERSION.into(),
-        requires_controller_plugin: requires_controller,
-        controller_info: Some(CsiControllerInfo {
-            supports_attach_detach: true,
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    Fp::controller(plugin, alloc)
+        .healthy(healthy)
+        .requires_controller(requires_controller)
+        .info()
 }
 
 /// Same fingerprint with another provider / version.
 pub fn with_provider(fp: &Arc<CsiInfo>, provider: &str, version: &str) -> Arc<CsiInfo> {
-    let mut f = (**fp).clone();
-    f.provider = provider.into();
-    f.provider_version = version.into();
-    Arc::new(f)
+    Fp((**fp).clone()).provider(provider, version).info()
 }
 
 /// A client node reporting these node and controller fingerprints.
 pub fn client(node_id: &str, nodes: &[Arc<CsiInfo>], controllers: &[Arc<CsiInfo>]) -> Node {
-    let mut n = Node::new(node_id, format!("client-{node_id}"));
-    for f in nodes {
-        n.csi_node_plugins
-            .insert(f.plugin_id.clone(), Arc::clone(f));
-    }
-    for f in controllers {
-        n.csi_controller_plugins
-            .insert(f.plugin_id.clone(), Arc::clone(f));
-    }
-    n
+    let n = nodes
+        .iter()
+        .cloned()
+        .fold(node(node_id), |n, fp| n.node(fp));
+    controllers
+        .iter()
+        .cloned()
+        .fold(n, |n, fp| n.ctrl(fp))
+        .build()
 }
 
 // ---------------------------------------------------------------------------------
 // Allocations
 
-/// A running allocation (desired run, client running) in [`NS`] on `node`.
-pub fn alloc(alloc_id: &str, node: &str) -> Allocation {
-    alloc_with(alloc_id, node, DesiredStatus::Run, ClientStatus::Running)
-}
-
-/// An allocation in [`NS`] on `node` with the given statuses.
-pub fn alloc_with(
-    alloc_id: &str,
-    node: &str,
-    desired: DesiredStatus,
-    client: ClientStatus,
-) -> Allocation {
-    Allocation {
-        id: id(alloc_id),
-        namespace: id(NS),
-        job_id: id("app"),
-        task_group: "web".into(),
-        node_id: id(node),
-        desired_status: desired,
-        client_status: client,
-        ..Default::default()
-    }
-}
+// The allocations are those of [`super`]: `running`, `stopped`, `alloc`.
 
 /// `a` requesting the given volumes (relative to its namespace).
 pub fn requesting(mut a: Allocation, volumes: &[&str]) -> Allocation {
@@ -217,10 +165,6 @@ pub fn claim_req(ns: &str, vol_id: &str, claim: CsiVolumeClaim) -> VolumeClaimRe
     }
 }
 
-pub fn ids(list: &[&str]) -> Vec<Id> {
-    list.iter().map(|s| id(s)).collect()
-}
-
 /// The ids of a list of volumes.
 pub fn vol_ids<V: std::borrow::Borrow<CsiVolume>>(vols: &[V]) -> Vec<String> {
     vols.iter().map(|v| v.borrow().id.to_string()).collect()
@@ -283,24 +227,12 @@ impl H {
         }
     }
 
-    /// Applies `cmd`, which must fail without changing anything (same canonical
-    /// bytes, same table indexes, same last applied index); the error.
+    /// Applies `cmd` at the next index, which must fail without changing anything (see
+    /// [`assert_rejected`]); the error.
     #[track_caller]
     pub fn reject(&mut self, cmd: &Command) -> StateError {
-        let before = self.bytes();
-        let last = self.store.snapshot().view().last_applied();
-        let err = match self.try_apply(cmd) {
-            Ok(i) => panic!("{} accepted at {i}, expected an error", cmd.kind()),
-            Err(e) => e,
-        };
-        assert_eq!(
-            self.bytes(),
-            before,
-            "a rejected {} changed the store",
-            cmd.kind()
-        );
-        assert_eq!(self.store.snapshot().view().last_applied(), last);
-        err
+        let index = self.take();
+        assert_rejected(&self.store, index, cmd)
     }
 
     #[track_caller]
@@ -361,10 +293,7 @@ impl H {
     // Reads
 
     pub fn bytes(&self) -> Vec<u8> {
-        self.store
-            .snapshot()
-            .canonical_bytes()
-            .expect("canonical bytes")
+        canonical(&self.store)
     }
 
     /// The volume, denormalized.
@@ -406,7 +335,7 @@ impl H {
     }
 
     pub fn table_index(&self, name: &str) -> u64 {
-        self.store.snapshot().view().table_index(name)
+        super::table_index(&self.store, name)
     }
 
     pub fn volumes_index(&self) -> u64 {
@@ -414,11 +343,11 @@ impl H {
     }
 
     pub fn plugins_index(&self) -> u64 {
-        self.table_index(names::CSI_PLUGINS)
+        super::plugins_index(&self.store)
     }
 
     pub fn last_applied(&self) -> u64 {
-        self.store.snapshot().view().last_applied()
+        super::last_applied(&self.store)
     }
 }
 
@@ -438,8 +367,8 @@ pub fn cluster() -> H {
     h.upsert_allocs(
         ["a1", "a2", "a3"]
             .iter()
-            .map(|a| alloc(a, "n1"))
-            .chain(["a4", "a5", "a6"].iter().map(|a| alloc(a, "n2")))
+            .map(|a| running(a, "n1"))
+            .chain(["a4", "a5", "a6"].iter().map(|a| running(a, "n2")))
             .collect(),
     );
     h

@@ -1,64 +1,23 @@
-//! Shared fixture of the durability tests: unique temporary directories, a
-//! deterministic generator of realistic command streams, replay helpers, and readers of
-//! the on-disk layout (files of a data directory, record boundaries of a log segment).
-
-#![allow(dead_code)]
+//! Helpers of the durability tests: a deterministic generator of realistic command
+//! streams, replay helpers, and readers and writers of the on-disk layout (files of a
+//! data directory, log segments and their record boundaries). Temporary directories,
+//! canonical bytes and the invariant check are in [`super`].
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiVolume,
     CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability, CsiVolumeClaim,
-    CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus, Id, Node, NodeStatus,
-    id,
+    CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus, Node, NodeStatus, id,
 };
-use schedstate::persist::{DurableStore, Options, PersistError, SyncPolicy};
+use schedstate::persist::{DurableStore, Options, PersistError, SyncPolicy, WAL_VERSION};
 use schedstate::state::{Command, StateError, StateStore, VolumeClaimRequest};
 
-// ---------------------------------------------------------------------------------
-// Temporary directories
-
-static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A directory under the system temp dir, unique per process and call, removed on
-/// drop.
-#[derive(Debug)]
-pub struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    /// A fresh, empty directory named after `tag`.
-    pub fn new(tag: &str) -> TempDir {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("schedstate-test-{tag}-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create temp dir");
-        TempDir { path }
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// A path inside the directory.
-    pub fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
-    }
-}
+use super::canonical;
 
 // ---------------------------------------------------------------------------------
 // Files of a data directory
@@ -167,20 +126,66 @@ pub fn file_name(path: &Path) -> String {
 /// The byte length of a segment header.
 pub const SEGMENT_HEADER: usize = 32;
 
-/// The byte ranges of the records of a well-formed log segment (parsed here
-/// independently of the library: `LEN u32 | CRC u32 | payload`).
-pub fn record_spans(segment: &[u8]) -> Vec<Range<usize>> {
+/// The byte ranges of the whole records at the start of a log segment, up to a record
+/// cut short (parsed here independently of the library: `LEN u32 | CRC u32 | payload`).
+pub fn whole_records(segment: &[u8]) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut at = SEGMENT_HEADER;
     while at + 8 <= segment.len() {
         let len = u32::from_le_bytes(segment[at..at + 4].try_into().expect("4 bytes")) as usize;
         let end = at + 8 + len;
-        assert!(end <= segment.len(), "segment is not well formed");
+        if end > segment.len() {
+            break;
+        }
         out.push(at..end);
         at = end;
     }
-    assert_eq!(at, segment.len(), "segment is not well formed");
     out
+}
+
+/// The byte ranges of the records of a well-formed log segment.
+pub fn record_spans(segment: &[u8]) -> Vec<Range<usize>> {
+    let out = whole_records(segment);
+    let end = out.last().map_or(SEGMENT_HEADER, |r| r.end);
+    assert_eq!(end, segment.len(), "segment is not well formed");
+    out
+}
+
+/// The log index of a record of ours (a range from [`whole_records`]).
+pub fn record_index(segment: &[u8], record: &Range<usize>) -> u64 {
+    let (index, _): (u64, Command) =
+        postcard::from_bytes(&segment[record.start + 8..record.end]).expect("a record of ours");
+    index
+}
+
+/// A log segment built here from the documented format: `MAGIC | VERSION | SEQ |
+/// PREV_INDEX | CRC` then `LEN | CRC(LEN, payload) | postcard((index, command))`.
+pub fn craft_segment(seq: u64, prev_index: u64, records: &[(u64, Command)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"SCHEDWAL");
+    out.extend_from_slice(&WAL_VERSION.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&prev_index.to_le_bytes());
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    for record in records {
+        let payload = postcard::to_allocvec(record).expect("encode a record");
+        let len = u32::try_from(payload.len())
+            .expect("a small record")
+            .to_le_bytes();
+        let mut h = crc32fast::Hasher::new();
+        h.update(&len);
+        h.update(&payload);
+        out.extend_from_slice(&len);
+        out.extend_from_slice(&h.finalize().to_le_bytes());
+        out.extend_from_slice(&payload);
+    }
+    out
+}
+
+/// The file name of log segment `seq`.
+pub fn seg_name(seq: u64) -> String {
+    format!("wal-{seq:020}.log")
 }
 
 // ---------------------------------------------------------------------------------
@@ -235,14 +240,6 @@ pub fn options(sync: SyncPolicy, compact_after_bytes: u64) -> Options {
 /// No fsync, no automatic compaction.
 pub fn fast() -> Options {
     options(SyncPolicy::Never, u64::MAX)
-}
-
-/// The canonical bytes of a store's current state.
-pub fn canonical(store: &StateStore) -> Vec<u8> {
-    store
-        .snapshot()
-        .canonical_bytes()
-        .expect("canonical bytes encode")
 }
 
 /// The snapshot-format bytes of a store's current state.
@@ -310,14 +307,6 @@ pub fn replay(records: &[(u64, Command)]) -> StateStore {
 /// The canonical bytes of a fresh replay of `records`.
 pub fn replay_bytes(records: &[(u64, Command)]) -> Vec<u8> {
     canonical(&replay(records))
-}
-
-/// Panics if the store breaks an invariant.
-#[track_caller]
-pub fn assert_invariants(store: &StateStore) {
-    if let Err(e) = store.snapshot().view().check_invariants() {
-        panic!("{e}");
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -629,9 +618,4 @@ impl Gen {
             claim,
         }
     }
-}
-
-/// Ids from string slices.
-pub fn ids(list: &[&str]) -> Vec<Id> {
-    list.iter().map(|s| id(s)).collect()
 }
