@@ -233,6 +233,14 @@ impl Model {
         let before = self.clone();
         match cmd {
             Command::UpsertNode { node } => self.upsert_node(index, node)?,
+            Command::UpsertNodes { nodes } => {
+                if nodes.is_empty() {
+                    return Err(Refused::Empty);
+                }
+                for node in nodes {
+                    self.upsert_node(index, node)?;
+                }
+            }
             Command::DeleteNodes { ids } => {
                 if ids.is_empty() {
                     return Err(Refused::Empty);
@@ -989,6 +997,12 @@ fn command_strategy(m: &Model) -> BoxedStrategy<Command> {
             20,
             node_strategy()
                 .prop_map(|node| Command::UpsertNode { node })
+                .boxed(),
+        ),
+        (
+            5,
+            list(node_strategy(), 4)
+                .prop_map(|nodes| Command::UpsertNodes { nodes })
                 .boxed(),
         ),
         (

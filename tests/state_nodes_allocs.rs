@@ -1379,3 +1379,118 @@ fn model_plugin_rules_match_a_reference_model_with_corner_fingerprints() {
         run_model(seed, 300, true);
     }
 }
+
+// ---------------------------------------------------------------------------------
+// Upsert nodes (the batch form).
+// ---------------------------------------------------------------------------------
+
+fn batch_nodes() -> Vec<Node> {
+    vec![
+        node("n3").node(Fp::node("ebs", "a3")).build(),
+        node("n4")
+            .ctrl(Fp::controller("ebs", "c4"))
+            .node(Fp::node("nfs", "f4"))
+            .build(),
+        // n1 drops its nfs instance; n2 reports ebs unhealthy.
+        node("n1")
+            .ctrl(Fp::controller("ebs", "c1"))
+            .node(Fp::node("ebs", "a1"))
+            .build(),
+        node("n2").node(Fp::node("ebs", "a2").unhealthy()).build(),
+    ]
+}
+
+#[test]
+fn upsert_nodes_ends_where_the_same_upserts_one_by_one_end() {
+    let batched = cluster();
+    ok(
+        &batched,
+        4,
+        Command::UpsertNodes {
+            nodes: batch_nodes(),
+        },
+    );
+    let single = cluster();
+    for (i, n) in batch_nodes().into_iter().enumerate() {
+        ok(&single, 4 + i as u64, Command::UpsertNode { node: n });
+    }
+    let view = |s: &StateStore| {
+        let snap = s.snapshot();
+        let v = snap.view();
+        let mut out = Vec::new();
+        for p in v.csi_plugins() {
+            out.push((
+                p.id.to_string(),
+                counts(&p),
+                controller_nodes(&p),
+                node_nodes(&p),
+            ));
+        }
+        let nodes: Vec<String> = v.nodes().map(|n| n.id.to_string()).collect();
+        (out, nodes)
+    };
+    assert_eq!(view(&batched), view(&single));
+    assert_invariants(&batched);
+    // One write: every changed row carries the batch's index.
+    let ebs = must_plugin(&batched, "ebs");
+    assert_eq!(ebs.modify_index, 4);
+    assert_eq!(counts(&ebs), (2, 2, 2, 3)); // n1, n3 healthy; n2 unhealthy
+    assert_eq!(last_applied(&batched), 4);
+}
+
+#[test]
+fn upsert_nodes_writes_each_plugin_once() {
+    let store = cluster();
+    let info = store
+        .apply(
+            4,
+            &Command::UpsertNodes {
+                nodes: batch_nodes(),
+            },
+        )
+        .expect("batch");
+    let plugin_rows = info
+        .changes
+        .iter()
+        .filter(|c| c.table() == names::CSI_PLUGINS)
+        .count();
+    // ebs and nfs changed; each appears once in the change set.
+    assert_eq!(plugin_rows, 2);
+}
+
+#[test]
+fn upsert_nodes_is_atomic_and_refuses_an_empty_batch() {
+    let store = cluster();
+    let mut nodes = batch_nodes();
+    nodes.push(node("").build()); // the last one is bad: nothing of the batch lands
+    let err = assert_rejected(&store, 4, &Command::UpsertNodes { nodes });
+    assert!(
+        matches!(err, StateError::MissingField { what: "node", .. }),
+        "{err:?}"
+    );
+    assert!(store.snapshot().view().node_by_id("n3").is_none());
+
+    let err = assert_rejected(&store, 4, &Command::UpsertNodes { nodes: Vec::new() });
+    assert!(matches!(err, StateError::EmptyRequest { .. }), "{err:?}");
+}
+
+#[test]
+fn upsert_nodes_with_the_same_node_twice_keeps_the_last_report() {
+    let store = cluster();
+    ok(
+        &store,
+        4,
+        Command::UpsertNodes {
+            nodes: vec![
+                node("n5").node(Fp::node("ebs", "a5")).build(),
+                node("n5").node(Fp::node("nfs", "f5")).build(),
+            ],
+        },
+    );
+    let n5 = store.snapshot().view().node_by_id("n5").expect("n5");
+    assert_eq!(n5.create_index, 4);
+    assert!(n5.csi_node_plugins.contains_key("nfs"));
+    assert!(!node_nodes(&must_plugin(&store, "ebs")).contains(&"n5".to_string()));
+    assert!(node_nodes(&must_plugin(&store, "nfs")).contains(&"n5".to_string()));
+    assert_invariants(&store);
+}

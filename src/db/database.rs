@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use super::reclaim::{PinnedRoot, Retired, WriterLock};
 use super::registry::Registry;
 use super::root::Root;
 use super::schema::Schema;
@@ -23,6 +24,9 @@ pub(crate) struct Shared {
     /// and register under it, so a commit is either seen by the comparison or fires the
     /// registration.
     pub(crate) registry: Mutex<Registry>,
+    /// Superseded versions whose last reader let go during a write: the writer frees
+    /// them when it releases its lock, so readers never pay for freeing.
+    pub(crate) retired: Retired,
 }
 
 impl Shared {
@@ -93,6 +97,7 @@ impl Db {
             current: ArcSwap::from_pointee(Root::empty(Arc::clone(&schema), weak.clone())),
             writer: Arc::new(Mutex::new(())),
             registry: Mutex::new(registry),
+            retired: Retired::default(),
         });
         Db { shared }
     }
@@ -102,7 +107,7 @@ impl Db {
     #[inline]
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
-            root: self.shared.current.load_full(),
+            root: PinnedRoot::new(self.shared.current.load_full()),
         }
     }
 
@@ -112,7 +117,7 @@ impl Db {
     /// # Errors
     /// [`Error::StaleIndex`] if `index` is not greater than the last applied index.
     pub fn begin_write(&self, index: u64) -> Result<WriteTxn> {
-        let guard = self.shared.writer.lock_arc();
+        let guard = WriterLock::acquire(&self.shared);
         let root = Root::clone(&self.shared.current.load());
         if index <= root.last_applied {
             return Err(Error::StaleIndex {
@@ -135,7 +140,7 @@ impl Db {
     /// with [`WriteTxn::set_table_index`] and `last_applied`, and fires every watch: the
     /// old state is abandoned.
     pub fn begin_restore(&self, last_applied: u64) -> WriteTxn {
-        let guard = self.shared.writer.lock_arc();
+        let guard = WriterLock::acquire(&self.shared);
         let current = self.shared.current.load();
         let mut root = Root::empty(Arc::clone(&current.schema), Arc::downgrade(&self.shared));
         root.seq = current.seq;
@@ -147,7 +152,7 @@ impl Db {
     /// is dropped, and hands over the version as of that moment. Readers are not
     /// affected. Used to cut a consistent point (a snapshot plus a log rotation).
     pub fn pause_writes(&self) -> (WritePause, Snapshot) {
-        let guard = self.shared.writer.lock_arc();
+        let guard = WriterLock::acquire(&self.shared);
         let snapshot = self.snapshot();
         (WritePause { _guard: guard }, snapshot)
     }
@@ -168,6 +173,20 @@ impl Db {
         Arc::clone(&self.shared.current.load().schema)
     }
 
+    /// Frees now the superseded versions whose last reader has let go since the last
+    /// write. Never needed for correctness: every write frees them when it releases the
+    /// writer lock (readers hand them over instead of freeing them, so that a busy
+    /// writer's garbage is never freed on a reader's thread). Useful before measuring
+    /// memory, or after dropping an old snapshot of a database that no longer writes.
+    pub fn reclaim(&self) {
+        self.shared.retired.drain();
+    }
+
+    /// Number of superseded versions waiting to be freed (see [`reclaim`](Self::reclaim)).
+    pub fn retired_versions(&self) -> usize {
+        self.shared.retired.len()
+    }
+
     /// Number of watch items currently registered (keys, ranges, tables) across all
     /// waiting watch sets. Diagnostic: dropped sets must bring it back to zero.
     pub fn registered_watches(&self) -> usize {
@@ -177,7 +196,7 @@ impl Db {
 
 /// Keeps writers out while held (see [`Db::pause_writes`]).
 pub struct WritePause {
-    _guard: parking_lot::ArcMutexGuard<parking_lot::RawMutex, ()>,
+    _guard: WriterLock,
 }
 
 impl std::fmt::Debug for WritePause {
@@ -189,7 +208,7 @@ impl std::fmt::Debug for WritePause {
 /// One committed version of the database: immutable, owned, `Send + Sync + 'static`.
 #[derive(Clone)]
 pub struct Snapshot {
-    pub(crate) root: Arc<Root>,
+    pub(crate) root: PinnedRoot,
 }
 
 impl std::fmt::Debug for Snapshot {

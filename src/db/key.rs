@@ -22,6 +22,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 /// Keys up to this many encoded bytes live inline, without a heap allocation: a UUID
 /// (38 bytes encoded) and a compound of two UUIDs (76) both fit. Comparing inline keys
 /// reads only the tree node that holds them; a key behind a pointer costs a cache miss
@@ -182,17 +184,18 @@ impl fmt::Debug for Key {
     }
 }
 
-/// Builds a compound [`Key`] (or a prefix of one) component by component.
+/// Builds a compound [`Key`] (or a prefix of one) component by component. Keys that
+/// fit inline are built without touching the heap: every lookup builds one.
 #[derive(Debug, Default, Clone)]
 pub struct KeyBuilder {
-    buf: Vec<u8>,
+    buf: SmallVec<[u8; INLINE]>,
 }
 
 impl KeyBuilder {
     /// An empty builder.
     pub fn new() -> Self {
         KeyBuilder {
-            buf: Vec::with_capacity(48),
+            buf: SmallVec::new(),
         }
     }
 
@@ -234,7 +237,7 @@ impl KeyBuilder {
     }
 }
 
-fn push_escaped(buf: &mut Vec<u8>, bytes: &[u8]) {
+fn push_escaped(buf: &mut SmallVec<[u8; INLINE]>, bytes: &[u8]) {
     if !bytes.contains(&0) {
         buf.extend_from_slice(bytes);
         return;

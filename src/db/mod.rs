@@ -15,6 +15,7 @@ mod blocking;
 mod database;
 mod error;
 mod key;
+mod reclaim;
 mod registry;
 mod root;
 mod schema;

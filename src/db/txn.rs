@@ -5,9 +5,8 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use parking_lot::{ArcMutexGuard, RawMutex};
-
 use super::database::Shared;
+use super::reclaim::WriterLock;
 use super::root::Root;
 use super::schema::{Row, Table, TableDef, TableId};
 use super::view::{View, downcast};
@@ -22,7 +21,7 @@ use super::{Error, Key, Result};
 /// [`commit`]: Self::commit
 pub struct WriteTxn {
     shared: Arc<Shared>,
-    _writer: ArcMutexGuard<RawMutex, ()>,
+    writer: WriterLock,
     root: Root,
     index: u64,
     restore: bool,
@@ -112,14 +111,14 @@ fn same_row(a: &Option<Row>, b: &Option<Row>) -> bool {
 impl WriteTxn {
     pub(crate) fn new(
         shared: Arc<Shared>,
-        writer: ArcMutexGuard<RawMutex, ()>,
+        writer: WriterLock,
         root: Root,
         index: u64,
         restore: bool,
     ) -> WriteTxn {
         WriteTxn {
             shared,
-            _writer: writer,
+            writer,
             root,
             index,
             restore,
@@ -307,7 +306,7 @@ impl WriteTxn {
     pub fn commit(self) -> Result<CommitInfo> {
         let WriteTxn {
             shared,
-            _writer,
+            writer,
             mut root,
             index,
             restore,
@@ -339,7 +338,8 @@ impl WriteTxn {
         }
         root.last_applied = index;
         root.seq += 1;
-        shared.current.store(Arc::new(root));
+        // The old version is freed after the wake-ups and outside the writer lock.
+        let superseded = shared.current.swap(Arc::new(root));
 
         let registry = shared.registry.lock();
         if restore {
@@ -371,6 +371,9 @@ impl WriteTxn {
             }
         }
         drop(registry);
+        drop(writer);
+        // Not `retire`: this is the writer's thread, the one that should pay.
+        drop(superseded);
         tracing::trace!(index, changes = changes.len(), "commit");
         Ok(CommitInfo { index, changes })
     }

@@ -112,7 +112,7 @@ impl<'a> View<'a> {
 
     /// Rows whose primary key starts with `prefix`, in key order. Watches that range.
     pub fn prefix<V: Any + Send + Sync>(&self, table: Table<V>, prefix: &[u8]) -> Rows<'a, V> {
-        self.scan(table.schema, table.id, 0, prefix_range(prefix))
+        self.scan_prefix(table.schema, table.id, 0, prefix)
     }
 
     /// Rows whose primary key lies within `(lo, hi)`, in key order. Watches that range.
@@ -139,7 +139,7 @@ impl<'a> View<'a> {
                 _row: PhantomData,
             };
         }
-        self.scan(index.schema, index.table, index.map, prefix_range(key))
+        self.scan_prefix(index.schema, index.table, index.map, key)
     }
 
     /// Rows whose key in `index` starts with `prefix`, in index order. Watches that
@@ -149,7 +149,7 @@ impl<'a> View<'a> {
         index: Index<V>,
         prefix: &[u8],
     ) -> Rows<'a, V> {
-        self.scan(index.schema, index.table, index.map, prefix_range(prefix))
+        self.scan_prefix(index.schema, index.table, index.map, prefix)
     }
 
     /// Every row reachable through `index`, in index order. Watches the whole index.
@@ -167,6 +167,31 @@ impl<'a> View<'a> {
         let inner = match self.map(schema, table, map) {
             Some(m) => RowsInner::Range(
                 m.range::<_, [u8]>((as_ref_bound(&range.0), as_ref_bound(&range.1))),
+            ),
+            None => RowsInner::One(None),
+        };
+        Rows {
+            inner,
+            _row: PhantomData,
+        }
+    }
+
+    /// A prefix scan seeks once, to the prefix, and stops at the first key without it
+    /// (a bounded range would seek a second time, to the upper bound).
+    fn scan_prefix<V>(
+        &self,
+        schema: u64,
+        table: TableId,
+        map: usize,
+        prefix: &[u8],
+    ) -> Rows<'a, V> {
+        if self.watch.is_some() {
+            self.watch_range(table, map, &prefix_range(prefix));
+        }
+        let inner = match self.map(schema, table, map) {
+            Some(m) => RowsInner::Prefix(
+                m.range::<_, [u8]>((Bound::Included(prefix), Bound::Unbounded)),
+                Key::from_encoded(prefix),
             ),
             None => RowsInner::One(None),
         };
@@ -286,9 +311,32 @@ pub(crate) fn downcast<V: Any + Send + Sync>(row: &Row) -> Option<Arc<V>> {
     Arc::clone(row).downcast::<V>().ok()
 }
 
+type RangedIter<'a> = imbl::ordmap::RangedIter<'a, Key, Row, imbl::shared_ptr::DefaultSharedPtr>;
+
 enum RowsInner<'a> {
-    Range(imbl::ordmap::RangedIter<'a, Key, Row, imbl::shared_ptr::DefaultSharedPtr>),
+    Range(RangedIter<'a>),
+    /// From the first key with the prefix; ends at the first key without it.
+    Prefix(RangedIter<'a>, Key),
     One(Option<(&'a Key, &'a Row)>),
+}
+
+impl<'a> RowsInner<'a> {
+    #[inline]
+    fn next_entry(&mut self) -> Option<(&'a Key, &'a Row)> {
+        match self {
+            RowsInner::Range(r) => r.next(),
+            RowsInner::Prefix(r, prefix) => {
+                let (k, v) = r.next()?;
+                if k.starts_with(prefix) {
+                    Some((k, v))
+                } else {
+                    *self = RowsInner::One(None);
+                    None
+                }
+            }
+            RowsInner::One(r) => r.take(),
+        }
+    }
 }
 
 /// An iterator over rows of one type, in key order.
@@ -299,21 +347,16 @@ pub struct Rows<'a, V> {
 
 impl<'a, V: Any + Send + Sync> Rows<'a, V> {
     /// Iterates `(encoded key, row)` pairs instead of rows, borrowing the rows.
-    pub fn with_keys(self) -> impl Iterator<Item = (&'a Key, &'a V)> {
-        let it: Box<dyn Iterator<Item = (&'a Key, &'a Row)> + 'a> = match self.inner {
-            RowsInner::Range(r) => Box::new(r),
-            RowsInner::One(r) => Box::new(r.into_iter()),
-        };
-        it.filter_map(|(k, r)| r.downcast_ref::<V>().map(|v| (k, v)))
+    pub fn with_keys(mut self) -> impl Iterator<Item = (&'a Key, &'a V)> {
+        std::iter::from_fn(move || self.inner.next_entry())
+            .filter_map(|(k, r)| r.downcast_ref::<V>().map(|v| (k, v)))
     }
 
-    /// Iterates borrowed rows instead of counted references.
-    pub fn borrowed(self) -> impl Iterator<Item = &'a V> {
-        let it: Box<dyn Iterator<Item = &'a Row> + 'a> = match self.inner {
-            RowsInner::Range(r) => Box::new(r.map(|(_, v)| v)),
-            RowsInner::One(r) => Box::new(r.into_iter().map(|(_, v)| v)),
-        };
-        it.filter_map(|r| r.downcast_ref::<V>())
+    /// Iterates borrowed rows instead of counted references: no reference count is
+    /// touched, so a scan reads nothing of the rows it does not look at.
+    pub fn borrowed(mut self) -> impl Iterator<Item = &'a V> {
+        std::iter::from_fn(move || self.inner.next_entry())
+            .filter_map(|(_, r)| r.downcast_ref::<V>())
     }
 }
 
@@ -322,10 +365,7 @@ impl<V: Any + Send + Sync> Iterator for Rows<'_, V> {
 
     fn next(&mut self) -> Option<Arc<V>> {
         loop {
-            let row = match &mut self.inner {
-                RowsInner::Range(r) => r.next()?.1,
-                RowsInner::One(r) => r.take()?.1,
-            };
+            let (_, row) = self.inner.next_entry()?;
             if let Some(v) = downcast(row) {
                 return Some(v);
             }

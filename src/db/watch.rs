@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 
 use super::Key;
 use super::database::Shared;
-use super::root::Root;
+use super::reclaim::PinnedRoot;
 use super::schema::TableId;
 
 /// Default number of items a set records before it falls back to table-level watches.
@@ -128,7 +128,7 @@ pub struct WatchSet {
 
 struct Inner {
     /// The version the watched reads came from.
-    base: Option<Arc<Root>>,
+    base: Option<PinnedRoot>,
     items: Vec<WatchItem>,
     /// Tables already watched whole (after the limit, or by a full scan).
     whole: Vec<TableId>,
@@ -196,12 +196,12 @@ impl WatchSet {
         self.signal.is_fired()
     }
 
-    pub(crate) fn set_base(&self, root: &Arc<Root>) {
+    pub(crate) fn set_base(&self, root: &PinnedRoot) {
         let mut inner = self.inner.lock();
         match &inner.base {
             // Keep the oldest version: comparing against it can only wake early.
             Some(b) if b.epoch == root.epoch && b.seq <= root.seq => {}
-            _ => inner.base = Some(Arc::clone(root)),
+            _ => inner.base = Some(root.clone()),
         }
     }
 

@@ -71,6 +71,16 @@ pub enum Command {
         /// The claims, applied in order.
         claims: Vec<VolumeClaimRequest>,
     },
+    /// Insert or replace many nodes in one write, each exactly as
+    /// [`UpsertNode`](Command::UpsertNode) would, in order; atomic (one bad node fails
+    /// all). Each plugin is written once for the whole batch, which is what makes a bulk
+    /// registration (a cluster coming up, an import) cheap. A plugin that exists before
+    /// and after the batch keeps its create index even if an intermediate node emptied
+    /// it. (Appended last: variant numbers are part of the log format.)
+    UpsertNodes {
+        /// The nodes as their clients report them.
+        nodes: Vec<Node>,
+    },
 }
 
 /// One claim of a [`Command::ClaimVolumes`] batch.
@@ -98,6 +108,7 @@ impl Command {
             Command::RegisterVolumes { .. } => "register_volumes",
             Command::DeregisterVolumes { .. } => "deregister_volumes",
             Command::ClaimVolumes { .. } => "claim_volumes",
+            Command::UpsertNodes { .. } => "upsert_nodes",
         }
     }
 }

@@ -11,6 +11,25 @@ use super::writer::Writer;
 
 /// Replaces node `n` and derives its plugin instances (SPEC §2 "Upsert node").
 pub(crate) fn upsert_node(w: &mut Writer, node: &Node) -> Result<()> {
+    upsert_one(w, node)?;
+    w.flush_plugins()
+}
+
+/// Upserts nodes in order, each as [`upsert_node`], writing each plugin once.
+pub(crate) fn upsert_nodes(w: &mut Writer, nodes: &[Node]) -> Result<()> {
+    if nodes.is_empty() {
+        return Err(StateError::EmptyRequest {
+            what: "upsert nodes",
+        });
+    }
+    for node in nodes {
+        upsert_one(w, node)?;
+    }
+    w.flush_plugins()
+}
+
+/// The node row and its plugin entries; plugins stay in the writer until flushed.
+fn upsert_one(w: &mut Writer, node: &Node) -> Result<()> {
     if node.id.is_empty() {
         return Err(StateError::MissingField {
             what: "node",
@@ -53,7 +72,7 @@ pub(crate) fn upsert_node(w: &mut Writer, node: &Node) -> Result<()> {
             w.remove_entry(inst.kind, &inst.plugin_id, &node.id)?;
         }
     }
-    w.flush_plugins()
+    Ok(())
 }
 
 /// Deletes nodes and every plugin instance on them (SPEC §2 "Delete nodes").

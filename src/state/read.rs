@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::db::{Key, KeyBuilder, View};
+use crate::db::{Key, KeyBuilder, Rows, View};
 use crate::model::{Allocation, ClientStatus, CsiPlugin, CsiVolume, DesiredStatus, Node};
 
 use super::tables::{Tables, names, volume_key};
@@ -54,8 +54,9 @@ impl<'a> StateView<'a> {
         self.view.iter(self.t.allocs)
     }
 
-    /// The allocations placed on a node, in alloc id order.
-    pub fn allocs_by_node(&self, node_id: &str) -> impl Iterator<Item = Arc<Allocation>> + 'a {
+    /// The allocations placed on a node, in alloc id order (`.borrowed()` reads them
+    /// without counting references).
+    pub fn allocs_by_node(&self, node_id: &str) -> Rows<'a, Allocation> {
         self.view
             .index_eq(self.t.allocs_by_node, &Key::str(node_id))
     }

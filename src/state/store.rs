@@ -187,6 +187,7 @@ impl StateStore {
         let mut w = Writer::new(txn, self.t);
         let applied = match command {
             Command::UpsertNode { node } => nodes::upsert_node(&mut w, node),
+            Command::UpsertNodes { nodes } => nodes::upsert_nodes(&mut w, nodes),
             Command::DeleteNodes { ids } => nodes::delete_nodes(&mut w, ids),
             Command::UpdateNodeStatus { id, status } => nodes::update_status(&mut w, id, *status),
             Command::UpdateNodeDrain { id, drain } => nodes::update_drain(&mut w, id, *drain),
@@ -219,6 +220,14 @@ impl StateStore {
     /// See [`apply`](Self::apply).
     pub fn upsert_node(&self, index: u64, node: Node) -> Result<CommitInfo> {
         self.apply(index, &Command::UpsertNode { node })
+    }
+
+    /// Upserts many nodes in one write (see [`Command::UpsertNodes`]).
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply); nothing is written if any node is rejected.
+    pub fn upsert_nodes(&self, index: u64, nodes: Vec<Node>) -> Result<CommitInfo> {
+        self.apply(index, &Command::UpsertNodes { nodes })
     }
 
     /// Deletes nodes (atomic; an unknown id fails the whole write).

@@ -106,10 +106,19 @@ impl Gen {
     /// One command.
     pub fn command(&mut self, inp: &mut Input<'_>) -> Command {
         match inp.below(100) {
-            0..=19 => {
+            0..=16 => {
                 let node = self.node(inp);
                 Command::UpsertNode { node }
             }
+            17..=19 => Command::UpsertNodes {
+                // Sometimes empty (refused), sometimes the same node twice.
+                nodes: (0..inp.below(4) + usize::from(!inp.chance(5)))
+                    .map(|_| match self.heartbeat(inp) {
+                        Some(node) if inp.chance(50) => node,
+                        _ => self.node(inp),
+                    })
+                    .collect(),
+            },
             20..=25 => match self.heartbeat(inp) {
                 Some(node) => Command::UpsertNode { node },
                 None => Command::UpsertNode {
