@@ -1655,6 +1655,8 @@ fn blocking_wake_many(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
     let (ready_tx, ready_rx) = mpsc::channel::<(usize, bool)>();
     let (woke_tx, woke_rx) = mpsc::channel::<(bool, Instant)>();
     let mut wake = Vec::with_capacity(rounds);
+    let mut commit = Vec::with_capacity(rounds);
+    let mut after_return = Vec::with_capacity(rounds);
     let mut items = 0usize;
     let mut early = 0u64;
     thread::scope(|s| {
@@ -1699,11 +1701,15 @@ fn blocking_wake_many(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
                     Ok::<(), StateError>(())
                 })
                 .expect("upsert_allocs");
+            let t1 = Instant::now();
             let (ok, w) = woke_rx
                 .recv_timeout(WAKE_TIMEOUT)
                 .expect("blocking_wake_many: no wake report");
             assert!(ok, "blocking_wake_many: watch timed out");
-            wake.push(signed_ns(w, c0.expect("hook ran")));
+            let c0 = c0.expect("hook ran");
+            wake.push(signed_ns(w, c0));
+            commit.push(signed_ns(t1, c0));
+            after_return.push(signed_ns(w, t1));
         }
     });
     assert_eq!(
@@ -1717,6 +1723,12 @@ fn blocking_wake_many(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
         &[
             ("p50_us", us(pct(&wake, 0.50))),
             ("p99_us", us(pct(&wake, 0.99))),
+            ("max_us", us(pct(&wake, 1.0))),
+            ("commit_p50_us", us(pct(&commit, 0.5))),
+            (
+                "wake_after_commit_return_p50_us",
+                us(pct(&after_return, 0.5)),
+            ),
             ("watch_chans", items as f64 / rounds.max(1) as f64),
         ],
     );

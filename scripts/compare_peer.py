@@ -25,8 +25,8 @@ NO_RATIO = {
 }
 # Rows that exist on both sides but do not measure the same thing.
 CAVEATS = {
-    ("bulk_load", "commit_ms_total"): "go: one commit per -batch nodes; schedstate: two per node",
-    ("bulk_load", "txns"): "go: -batch nodes per txn; schedstate: upsert_allocs + upsert_node per node",
+    ("bulk_load", "commit_ms_total"): "go: one commit per -batch nodes; schedstate: two per batch",
+    ("bulk_load", "txns"): "go: -batch nodes per txn; schedstate: upsert_allocs + upsert_nodes per batch",
     ("blocking_wake_many", "watch_chans"): "go: channels (absent keys share one); schedstate: watched keys",
     ("plugin_denormalize_ws", "watch_chans_per_plugin"): "go: channels; schedstate: watched keys",
     ("watch_granularity", "wakes_missing_key_watch"): "false wakes of a watch on an absent key (target 0)",

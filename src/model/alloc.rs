@@ -52,8 +52,9 @@ pub struct Allocation {
     pub namespace: Id,
     /// The job the allocation belongs to.
     pub job_id: Id,
-    /// The task group of the job the allocation runs.
-    pub task_group: String,
+    /// The task group of the job the allocation runs (shared, like the ids: a stub
+    /// copies a pointer, not the text).
+    pub task_group: Id,
     /// The node the allocation is placed on.
     pub node_id: Id,
     /// What the servers want the allocation to do.
@@ -116,8 +117,9 @@ pub struct AllocListStub {
     pub namespace: Id,
     /// The job the allocation belongs to.
     pub job_id: Id,
-    /// The task group of the job the allocation runs.
-    pub task_group: String,
+    /// The task group of the job the allocation runs (shared, like the ids: a stub
+    /// copies a pointer, not the text).
+    pub task_group: Id,
     /// The node the allocation is placed on.
     pub node_id: Id,
     /// What the servers want the allocation to do.

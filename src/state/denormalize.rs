@@ -1,10 +1,12 @@
 //! Denormalization: filling the derived fields of a plugin or volume on a new value.
 //! Never written back; calling it twice gives the same result.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
 
+use crate::db::Key;
 use crate::model::{
-    CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, Id,
+    AllocListStub, Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
+    CsiVolumeClaimState,
 };
 
 use super::StateView;
@@ -14,20 +16,27 @@ impl StateView<'_> {
     /// of its controller and node instances, newest (by modify index) first. Missing
     /// allocs and empty alloc ids are skipped.
     pub fn csi_plugin_denormalize(&self, plugin: &CsiPlugin) -> CsiPlugin {
-        let ids: BTreeSet<&Id> = plugin
+        // The alloc ids as encoded keys, sorted and deduplicated: sorting contiguous
+        // keys is cheaper than comparing scattered strings, and lookups in key order
+        // walk the allocs table from left to right, each sharing most of its path with
+        // the one before.
+        let mut keys: Vec<Key> = plugin
             .controllers
             .iter()
             .chain(plugin.nodes.iter())
             .map(|(_, info)| &info.alloc_id)
             .filter(|id| !id.is_empty())
+            .map(|id| Key::str(id))
             .collect();
-        let mut stubs: Vec<_> = ids
-            .into_iter()
-            .filter_map(|id| self.alloc_by_id(id))
-            .map(|a| a.stub())
+        keys.sort_unstable();
+        keys.dedup();
+        let mut stubs: Vec<AllocListStub> = keys
+            .iter()
+            .filter_map(|k| self.view.get_value(self.t.allocs, k))
+            .map(Allocation::stub)
             .collect();
-        // Ties broken by id so the order is deterministic.
-        stubs.sort_by(|a, b| b.modify_index.cmp(&a.modify_index).then(a.id.cmp(&b.id)));
+        // Newest first; the sort is stable, so ties stay in id order (deterministic).
+        stubs.sort_by_key(|s| Reverse(s.modify_index));
         let mut out = plugin.clone();
         out.allocations = stubs;
         out

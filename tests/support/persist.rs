@@ -513,7 +513,7 @@ impl Gen {
             id: id(&format!("a{no}")),
             namespace: id(NAMESPACES[(no % 2) as usize]),
             job_id: id(["web", "db", "cache"][(no % 3) as usize]),
-            task_group: format!("group-{}", no % 4),
+            task_group: format!("group-{}", no % 4).into(),
             node_id: id(&format!("n{}", (no + self.rng.u32(..2)) % NODES)),
             desired_status: desired,
             client_status: client,

@@ -184,7 +184,7 @@ fn alloc_stub_table(allocs: &[AllocListStub]) -> String {
             a.id.to_string(),
             a.node_id.to_string(),
             a.job_id.to_string(),
-            a.task_group.clone(),
+            a.task_group.to_string(),
             serde_name(&a.desired_status),
             serde_name(&a.client_status),
             a.create_index.to_string(),
@@ -316,7 +316,7 @@ pub fn node(args: &NodeArgs) -> Result<(), CliError> {
             t.add_row(vec![
                 a.id.to_string(),
                 a.job_id.to_string(),
-                a.task_group.clone(),
+                a.task_group.to_string(),
                 serde_name(&a.desired_status),
                 serde_name(&a.client_status),
                 if vols.is_empty() {

@@ -60,7 +60,7 @@ fn alloc(id: &Id, ns: &str, job: &str, group: &str, node: &str) -> Allocation {
         id: id.clone(),
         namespace: Id::from(ns),
         job_id: Id::from(job),
-        task_group: group.to_string(),
+        task_group: group.into(),
         node_id: Id::from(node),
         desired_status: DesiredStatus::Run,
         client_status: ClientStatus::Running,
