@@ -3,9 +3,10 @@
 //! Dataset: one table of 100,000 rows keyed by UUID-like 36-character ids, each row a
 //! small struct with an id and a `node` field, plus a non-unique secondary index on
 //! `node` holding 10 rows per node (10,000 nodes). Everything is generated
-//! deterministically with SplitMix64 exactly as the go-memdb peer benchmark generates its
-//! allocations (`peers/go-memdb/RESULTS.md` §4.2: seed 42, same ids, same lookup
-//! sequences), so runs are comparable with each other and with the peer.
+//! deterministically with SplitMix64 (`common/splitmix.rs`) exactly as the go-memdb peer
+//! benchmark generates its allocations (`peers/go-memdb/RESULTS.md` §4.2: seed 42, same
+//! ids, same lookup sequences), so runs are comparable with each other and with the
+//! peer.
 //!
 //! Run with `cargo bench --bench engine`; one benchmark with
 //! `cargo bench --bench engine -- commit_to_wake`.
@@ -18,6 +19,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use schedstate::db::{Db, Index, Key, Schema, Table, WaitOutcome, WatchSet};
+
+#[path = "common/splitmix.rs"]
+mod splitmix;
+use splitmix::SplitMix64;
 
 const NODES: usize = 10_000;
 const ROWS_PER_NODE: usize = 10;
@@ -33,41 +38,9 @@ const WAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// peer sleeps 100 µs too).
 const PARK_PAUSE: Duration = Duration::from_micros(100);
 
-/// SplitMix64 (Steele, Lea, Flood 2014): small, fast, deterministic. The same generator
-/// and draws as the go-memdb peer benchmark (`peers/go-memdb/RESULTS.md` §4.2).
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// A UUID-like id: the 16 big-endian bytes of two draws as 36 characters,
-    /// `8-4-4-4-12` lowercase hex digits.
-    fn uuid(&mut self) -> String {
-        let (a, b) = (self.next_u64(), self.next_u64());
-        format!(
-            "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-            a >> 32,
-            (a >> 16) & 0xffff,
-            a & 0xffff,
-            b >> 48,
-            b & 0xffff_ffff_ffff
-        )
-    }
-
-    /// `len` random indexes below `n`.
-    fn indexes(&mut self, n: usize, len: usize) -> Vec<u32> {
-        (0..len).map(|_| self.below(n) as u32).collect()
-    }
+/// `len` random indexes below `n`.
+fn indexes(rng: &mut SplitMix64, n: usize, len: usize) -> Vec<u32> {
+    (0..len).map(|_| rng.intn(n) as u32).collect()
 }
 
 /// A row: an allocation placed on a node.
@@ -99,8 +72,8 @@ fn fixture() -> Fixture {
     let mut ids: Vec<Arc<str>> = Vec::with_capacity(ROWS);
     for _ in 0..NODES {
         nodes.push(Arc::from(rng.uuid()));
-        let _p1 = rng.below(PLUGINS);
-        let _p2 = rng.below(PLUGINS - 1);
+        let _p1 = rng.intn(PLUGINS);
+        let _p2 = rng.intn(PLUGINS - 1);
         ids.extend((0..ROWS_PER_NODE).map(|_| Arc::from(rng.uuid())));
     }
     let node_of: Vec<Arc<str>> = (0..ROWS)
@@ -164,7 +137,7 @@ fn bench_reads(c: &mut Criterion, fx: &Fixture) {
 
     // Random point gets (with replacement), as the peer's `point_read_alloc`.
     let snap = fx.db.snapshot();
-    let order = SplitMix64(1001).indexes(ROWS, LOOKUPS);
+    let order = indexes(&mut SplitMix64(1001), ROWS, LOOKUPS);
     let mut i = 0usize;
     c.bench_function("get_100k", |b| {
         b.iter(|| {
@@ -175,7 +148,7 @@ fn bench_reads(c: &mut Criterion, fx: &Fixture) {
     });
 
     // All rows of a random node through the index, as the peer's `index_scan`.
-    let order = SplitMix64(2001).indexes(NODES, LOOKUPS);
+    let order = indexes(&mut SplitMix64(2001), NODES, LOOKUPS);
     let mut i = 0usize;
     c.bench_function("index_scan_10_rows", |b| {
         b.iter(|| {
@@ -201,7 +174,7 @@ fn bench_write(c: &mut Criterion, fx: &Fixture) {
     let mut index = fx.db.last_applied();
     c.bench_function("write_txn_under_snapshot", |b| {
         b.iter(|| {
-            let i = rng.below(ROWS);
+            let i = rng.intn(ROWS);
             index += 1;
             let row = Alloc {
                 id: Arc::clone(&fx.ids[i]),

@@ -14,40 +14,13 @@ use schedstate::model::{
 };
 use schedstate::state::StateStore;
 
-const PLUGINS: u64 = 10;
+#[path = "common/splitmix.rs"]
+mod splitmix;
+use splitmix::SplitMix64;
 
-/// SplitMix64, the peer workload's generator.
-struct SplitMix64(u64);
+const PLUGINS: usize = 10;
 
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn intn(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn uuid(&mut self) -> Id {
-        let (a, b) = (self.next(), self.next());
-        let h = format!("{a:016x}{b:016x}");
-        format!(
-            "{}-{}-{}-{}-{}",
-            &h[0..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..32]
-        )
-        .into()
-    }
-}
-
-fn fingerprint(plugin: u64, alloc: &Id, controller: bool, healthy: bool) -> Arc<CsiInfo> {
+fn fingerprint(plugin: usize, alloc: &Id, controller: bool, healthy: bool) -> Arc<CsiInfo> {
     Arc::new(CsiInfo {
         plugin_id: format!("plugin-{plugin:02}").into(),
         alloc_id: alloc.clone(),
@@ -69,12 +42,12 @@ fn cluster(n: usize) -> (StateStore, Vec<Node>, u64) {
     let mut nodes = Vec::with_capacity(n);
     let mut index = 1;
     for i in 0..n {
-        let id = g.uuid();
+        let id: Id = g.uuid().into();
         let p1 = g.intn(PLUGINS);
         let p2 = (p1 + 1 + g.intn(PLUGINS - 1)) % PLUGINS;
         let allocs: Vec<Allocation> = (0..10)
             .map(|j| Allocation {
-                id: g.uuid(),
+                id: g.uuid().into(),
                 namespace: "default".into(),
                 job_id: format!("job-{:03}", (i * 10 + j) % 500).into(),
                 task_group: "tg".into(),
@@ -107,7 +80,7 @@ fn upsert_node_txn(c: &mut Criterion) {
         let mut g = SplitMix64(3001);
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
             b.iter(|| {
-                let i = g.intn(n as u64) as usize;
+                let i = g.intn(n);
                 let mut node = nodes[i].clone();
                 let key = node
                     .csi_node_plugins
