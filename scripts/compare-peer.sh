@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the go-memdb peer (../shared/peers/go-memdb/bench.go) and schedstate's port of
-# its workload (benches/workload.rs) back to back on this machine with the same flags,
+# its workload (benches/workload/) back to back on this machine with the same flags,
 # RUNS times each, and prints the side-by-side table: median, min and max of every
 # metric for both, and the ratio (> 1 means schedstate is better).
 #

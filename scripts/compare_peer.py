@@ -4,7 +4,7 @@
 usage: compare_peer.py OUT_DIR
 
 Reads OUT_DIR/go-run*.json (the peer's bench.go -json output) and OUT_DIR/rs-run*.json
-(benches/workload.rs -json output), and writes OUT_DIR/summary.md and
+(benches/workload/ -json output), and writes OUT_DIR/summary.md and
 OUT_DIR/summary.json with, per (workload, metric): median, min and max over the runs of
 each, and the ratio of the medians oriented so that > 1 means schedstate is better
 (go/schedstate for times and memory, schedstate/go for rates). Rows that only one side
