@@ -1018,3 +1018,62 @@ fn a_forged_tail_cannot_make_recovery_search_forever() {
     }
     assert!(fs::read(work.join(&seg_name(1))).unwrap() == seg);
 }
+
+#[test]
+fn a_record_at_or_below_its_segments_start_index_is_corrupt() {
+    // A first segment's header says it starts after index 5: a record at 5 (or below)
+    // cannot have been written into it. Before, such a record passed for "already in
+    // the snapshot" and was skipped in silence.
+    let node = |n: &str| Command::UpsertNode {
+        node: schedstate::model::Node::new(n, n),
+    };
+    let work = TempDir::new("below-start");
+    for forged in [5, 3] {
+        let seg = craft_segment(1, 5, &[(forged, node("forged")), (6, node("n6"))]);
+        let layout = BTreeMap::from([(seg_name(1), seg)]);
+        reset_dir(work.path(), &layout);
+        // With no snapshot the header's start index 5 is itself a gap; add one at 5.
+        let e = expect_err(open_ro(work.path()), "record below the segment start");
+        assert!(
+            matches!(
+                &e,
+                PersistError::Corrupt { .. } | PersistError::MissingSegment { .. }
+            ),
+            "{e}"
+        );
+        assert_same_files(&files(work.path()), &layout, "read-only open");
+    }
+
+    // Beside a snapshot at the segment's start index, so only the record is wrong.
+    let fx = Fixture::new("below-start-snap", 112, 20, 0);
+    let snap_index = fx.accepted[fx.in_snapshot - 1].0;
+    let mut layout = fx.files();
+    layout.retain(|name, _| !name.starts_with("wal-"));
+    let mut records = vec![(snap_index, node("forged"))];
+    records.extend(fx.accepted[fx.in_snapshot..].iter().cloned());
+    layout.insert(seg_name(1), craft_segment(1, snap_index, &records));
+    reset_dir(fx.dir.path(), &layout);
+    let e = expect_err(open_ro(fx.dir.path()), "record at the segment start");
+    match &e {
+        PersistError::Corrupt { offset, reason, .. } => {
+            assert_eq!(*offset, SEGMENT_HEADER as u64);
+            assert!(reason.contains("segment's header"), "{reason}");
+        }
+        e => panic!("{e}"),
+    }
+    assert_same_files(&files(fx.dir.path()), &layout, "read-only open");
+    let e = expect_err(open_rw(fx.dir.path()), "read-write");
+    assert!(matches!(e, PersistError::Corrupt { .. }), "{e}");
+    assert_same_files(&files(fx.dir.path()), &layout, "refused read-write open");
+
+    // Without the forged record the same directory opens with everything.
+    let mut layout = fx.files();
+    layout.retain(|name, _| !name.starts_with("wal-"));
+    layout.insert(
+        seg_name(1),
+        craft_segment(1, snap_index, &fx.accepted[fx.in_snapshot..]),
+    );
+    reset_dir(fx.dir.path(), &layout);
+    let (_, report) = open_ro(fx.dir.path()).expect("opens");
+    assert_eq!(report.last_applied, fx.accepted.last().expect("records").0);
+}

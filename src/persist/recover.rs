@@ -129,6 +129,9 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
         }
         expected_seq = Some(seq + 1);
         let mut seg_end = log_end;
+        // The index the segment's header says it starts after: no record of it may be
+        // at or below (for the first segment nothing else bounds its first record).
+        let starts_after = std::cell::Cell::new(0u64);
         // The header is checked before any record is replayed: a missing segment is
         // reported as such, not as the first record that fails to replay without it.
         let on_header = |header_seq: u64, prev_index: u64| -> Result<()> {
@@ -154,6 +157,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                     ),
                 });
             }
+            starts_after.set(prev_index);
             Ok(())
         };
         let scan = scan_segment(path, is_last, on_header, |rec| {
@@ -165,6 +169,17 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                     path: path.clone(),
                     offset: rec.offset,
                     reason: "log index 0 (indexes start at 1)".into(),
+                });
+            }
+            if rec.index <= starts_after.get() {
+                return Err(PersistError::Corrupt {
+                    path: path.clone(),
+                    offset: rec.offset,
+                    reason: format!(
+                        "log index {} is not after index {}, where the segment's header says it starts",
+                        rec.index,
+                        starts_after.get()
+                    ),
                 });
             }
             if let Some(prev) = seg_end

@@ -241,7 +241,8 @@ fn record_crc(len: &[u8], payload: &[u8]) -> u32 {
 /// Recovery's rules, restated: the first segment must not start after the snapshot
 /// (index 0 without one); record indexes strictly increase; a record at index 0, which
 /// no store ever writes, is corrupt (it is not "already in the snapshot", with or without
-/// one); a record at or below the snapshot index is already in the snapshot and skipped;
+/// one), and so is one at or below the index its segment's header starts after; a record
+/// at or below the snapshot index is already in the snapshot and skipped;
 /// every other record replays, and a refused one fails the open.
 fn built_log(inp: &mut Input<'_>) -> (Option<StateStore>, Vec<u8>) {
     let prev_index = if inp.chance(5) { 1 } else { 0 };
