@@ -118,30 +118,38 @@ impl Drop for WriterLock {
 mod tests {
     use std::sync::Arc;
 
-    use crate::db::{Db, Key, Schema};
+    use crate::db::{Db, Key, Schema, Snapshot, Table};
 
-    fn db() -> (Db, crate::db::Table<(String, u64)>) {
+    type Kv = (String, u64);
+
+    fn db() -> (Db, Table<Kv>) {
         let mut schema = Schema::new();
-        let t = schema
-            .table("kv", |r: &(String, u64)| Key::str(&r.0))
-            .expect("table");
+        let t = schema.table("kv", |r: &Kv| Key::str(&r.0)).expect("table");
         (Db::new(schema), t)
+    }
+
+    /// A snapshot of the current version, then a commit of `row` at `index` that
+    /// supersedes it: the snapshot is now the only holder of the old version.
+    fn superseded(db: &Db, t: Table<Kv>, index: u64, row: &Arc<Kv>) -> Snapshot {
+        let old = db.snapshot();
+        let mut txn = db.begin_write(index).expect("begin");
+        txn.insert(t, Arc::clone(row)).expect("insert");
+        txn.commit().expect("commit");
+        old
+    }
+
+    fn row(key: &str) -> Arc<Kv> {
+        Arc::new((key.to_string(), 1))
     }
 
     #[test]
     fn a_version_released_during_a_write_is_freed_by_the_writer() {
         let (db, t) = db();
-        let old = db.snapshot();
-        let row = Arc::new(("a".to_string(), 1));
-        let mut txn = db.begin_write(1).expect("begin");
-        txn.insert(t, Arc::clone(&row)).expect("insert");
-        txn.commit().expect("commit");
-        // The old version is now superseded and only `old` holds it.
+        let old = superseded(&db, t, 1, &row("a"));
         let mut txn = db.begin_write(2).expect("begin");
         drop(old);
         assert_eq!(db.retired_versions(), 1, "parked while the writer runs");
-        txn.insert(t, Arc::new(("b".to_string(), 2)))
-            .expect("insert");
+        txn.insert(t, row("b")).expect("insert");
         txn.commit().expect("commit");
         assert_eq!(db.retired_versions(), 0, "freed when the writer let go");
     }
@@ -149,12 +157,7 @@ mod tests {
     #[test]
     fn a_version_released_with_no_writer_waits_for_the_next_write_or_reclaim() {
         let (db, t) = db();
-        let old = db.snapshot();
-        let mut txn = db.begin_write(1).expect("begin");
-        txn.insert(t, Arc::new(("a".to_string(), 1)))
-            .expect("insert");
-        txn.commit().expect("commit");
-        drop(old);
+        drop(superseded(&db, t, 1, &row("a")));
         assert_eq!(db.retired_versions(), 1);
         db.reclaim();
         assert_eq!(db.retired_versions(), 0);
@@ -166,11 +169,7 @@ mod tests {
     #[test]
     fn an_aborted_write_also_frees_what_was_parked() {
         let (db, t) = db();
-        let old = db.snapshot();
-        let mut txn = db.begin_write(1).expect("begin");
-        txn.insert(t, Arc::new(("a".to_string(), 1)))
-            .expect("insert");
-        txn.commit().expect("commit");
+        let old = superseded(&db, t, 1, &row("a"));
         let txn = db.begin_write(2).expect("begin");
         drop(old);
         assert_eq!(db.retired_versions(), 1);
@@ -181,20 +180,48 @@ mod tests {
     #[test]
     fn rows_of_a_parked_version_are_really_freed() {
         let (db, t) = db();
-        let row = Arc::new(("a".to_string(), 1));
-        let mut txn = db.begin_write(1).expect("begin");
-        txn.insert(t, Arc::clone(&row)).expect("insert");
-        txn.commit().expect("commit");
+        let a = row("a");
+        drop(superseded(&db, t, 1, &a));
+        db.reclaim();
         let old = db.snapshot();
         let mut txn = db.begin_write(2).expect("begin");
         txn.delete(t, &Key::str("a")).expect("delete");
-        let info = txn.commit().expect("commit");
-        drop(info);
-        assert_eq!(Arc::strong_count(&row), 2, "ours and the old version's");
+        drop(txn.commit().expect("commit"));
+        assert_eq!(Arc::strong_count(&a), 2, "ours and the old version's");
         let txn = db.begin_write(3).expect("begin");
         drop(old);
-        assert_eq!(Arc::strong_count(&row), 2, "parked, not yet freed");
+        assert_eq!(Arc::strong_count(&a), 2, "parked, not yet freed");
         drop(txn);
-        assert_eq!(Arc::strong_count(&row), 1, "the writer freed the version");
+        assert_eq!(Arc::strong_count(&a), 1, "the writer freed the version");
+    }
+
+    #[test]
+    fn nothing_parked_outlives_the_database() {
+        let (db, t) = db();
+        let a = row("a");
+        drop(superseded(&db, t, 1, &a));
+        let old = db.snapshot(); // holds `a`
+        let mut txn = db.begin_write(2).expect("begin");
+        txn.delete(t, &Key::str("a")).expect("delete");
+        drop(txn.commit().expect("commit"));
+        // Parked, then the last handle goes: the retired list goes with it.
+        drop(old);
+        assert_eq!(Arc::strong_count(&a), 2);
+        drop(db);
+        assert_eq!(Arc::strong_count(&a), 1);
+    }
+
+    #[test]
+    fn a_snapshot_outliving_its_database_frees_its_version_itself() {
+        let (db, t) = db();
+        let a = row("a");
+        let mut txn = db.begin_write(1).expect("begin");
+        txn.insert(t, Arc::clone(&a)).expect("insert");
+        txn.commit().expect("commit");
+        let snap = db.snapshot();
+        drop(db);
+        assert_eq!(snap.view().get(t, &Key::str("a")).expect("row").1, 1);
+        drop(snap);
+        assert_eq!(Arc::strong_count(&a), 1);
     }
 }
