@@ -1494,3 +1494,50 @@ fn upsert_nodes_with_the_same_node_twice_keeps_the_last_report() {
     assert!(node_nodes(&must_plugin(&store, "nfs")).contains(&"n5".to_string()));
     assert_invariants(&store);
 }
+
+#[test]
+fn owned_and_borrowed_commands_give_the_same_state() {
+    let commands = || {
+        vec![
+            Command::UpsertAllocs {
+                allocs: vec![
+                    running("c1", "n1"),
+                    running("a1", "n1"),
+                    running("a2", "n2"),
+                ],
+            },
+            Command::UpsertNodes {
+                nodes: vec![
+                    node("n1")
+                        .ctrl(Fp::controller("ebs", "c1"))
+                        .node(Fp::node("ebs", "a1"))
+                        .build(),
+                    node("n2").node(Fp::node("ebs", "a2")).build(),
+                ],
+            },
+            Command::UpsertNode {
+                node: node("n2").node(Fp::node("ebs", "a2").unhealthy()).build(),
+            },
+            Command::UpsertAllocs {
+                allocs: vec![stopped("a1", "n1")],
+            },
+            Command::DeleteNodes { ids: ids(&["n2"]) },
+        ]
+    };
+    let borrowed = StateStore::new();
+    let owned = StateStore::new();
+    for (i, cmd) in commands().into_iter().enumerate() {
+        let index = i as u64 + 1;
+        borrowed.apply(index, &cmd).expect("borrowed");
+        owned.apply_owned(index, cmd).expect("owned");
+    }
+    assert_eq!(canonical(&borrowed), canonical(&owned));
+    assert_invariants(&owned);
+    // A refused owned command changes nothing either.
+    let before = canonical(&owned);
+    let bad = Command::UpsertAllocs {
+        allocs: vec![running("x", "n1"), running("", "n1")],
+    };
+    assert!(owned.apply_owned(10, bad).is_err());
+    assert_eq!(canonical(&owned), before);
+}

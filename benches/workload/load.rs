@@ -151,12 +151,12 @@ instead of the peer's {} (one txn per batch)",
         commit_total += apply_timed(
             &ctx.store,
             index,
-            &Command::UpsertAllocs {
+            Command::UpsertAllocs {
                 allocs: batch_allocs,
             },
         );
         let index = ctx.next_index();
-        commit_total += apply_timed(&ctx.store, index, &Command::UpsertNodes { nodes: batch });
+        commit_total += apply_timed(&ctx.store, index, Command::UpsertNodes { nodes: batch });
         txns += 2;
     }
     let el = t0.elapsed();
@@ -180,11 +180,12 @@ instead of the peer's {} (one txn per batch)",
     );
 }
 
-/// Applies `command`, returning the time from just before publishing to the return.
-fn apply_timed(store: &StateStore, index: u64, command: &Command) -> Duration {
+/// Applies `command` (moved into the store, as the peer stores its row objects by
+/// pointer), returning the time from just before publishing to the return.
+fn apply_timed(store: &StateStore, index: u64, command: Command) -> Duration {
     let mut before_publish = None;
     store
-        .apply_with(index, command, || {
+        .apply_owned_with(index, command, || {
             before_publish = Some(Instant::now());
             Ok::<(), StateError>(())
         })

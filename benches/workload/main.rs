@@ -20,7 +20,7 @@
 //!   (the batch's allocs) and one `upsert_nodes` (plugin derivation per node, each
 //!   plugin written once per batch), each its own transaction, so the peer's 10 ×
 //!   1,000-node transactions are 2 × 10 commands here; `commit_ms_total` is the time
-//!   from the `apply_with` hook (run just before publishing) to the return of every
+//!   from the `apply_owned_with` hook (run just before publishing) to the return of every
 //!   command.
 //! - Writes the peer makes to a plugin row alone (`blocking_wake`, `watch_granularity`)
 //!   have no command (plugins are derived from node fingerprints): they are engine

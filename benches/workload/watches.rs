@@ -277,7 +277,7 @@ fn blocking_wake_many(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
             let index = ctx.next_index();
             let mut c0 = None;
             ctx.store
-                .apply_with(index, &Command::UpsertAllocs { allocs: vec![a] }, || {
+                .apply_owned_with(index, Command::UpsertAllocs { allocs: vec![a] }, || {
                     thread::sleep(Duration::from_millis(1)); // let the waiter park
                     c0 = Some(Instant::now());
                     Ok::<(), StateError>(())

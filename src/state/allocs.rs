@@ -10,15 +10,14 @@ use super::error::{Result, StateError};
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (SPEC §2 "Upsert allocs").
-pub(crate) fn upsert_allocs(w: &mut Writer, allocs: &[Allocation]) -> Result<()> {
-    for alloc in allocs {
+pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
+    for mut alloc in allocs {
         if alloc.id.is_empty() {
             return Err(StateError::MissingField {
                 what: "allocation",
                 field: "id",
             });
         }
-        let mut alloc = alloc.clone();
         let existing = w.view().alloc_by_id(&alloc.id);
         alloc.create_index = existing.map_or(w.index, |a| a.create_index);
         alloc.modify_index = w.index;

@@ -10,13 +10,13 @@ use super::tables::InstanceKind;
 use super::writer::Writer;
 
 /// Replaces node `n` and derives its plugin instances (SPEC §2 "Upsert node").
-pub(crate) fn upsert_node(w: &mut Writer, node: &Node) -> Result<()> {
+pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
     upsert_one(w, node)?;
     w.flush_plugins()
 }
 
 /// Upserts nodes in order, each as [`upsert_node`], writing each plugin once.
-pub(crate) fn upsert_nodes(w: &mut Writer, nodes: &[Node]) -> Result<()> {
+pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
     if nodes.is_empty() {
         return Err(StateError::EmptyRequest {
             what: "upsert nodes",
@@ -29,7 +29,7 @@ pub(crate) fn upsert_nodes(w: &mut Writer, nodes: &[Node]) -> Result<()> {
 }
 
 /// The node row and its plugin entries; plugins stay in the writer until flushed.
-fn upsert_one(w: &mut Writer, node: &Node) -> Result<()> {
+fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
     if node.id.is_empty() {
         return Err(StateError::MissingField {
             what: "node",
@@ -49,7 +49,6 @@ fn upsert_one(w: &mut Writer, node: &Node) -> Result<()> {
             });
         }
     }
-    let mut node = node.clone();
     let existing = w.view().node_by_id(&node.id);
     node.create_index = existing.map_or(w.index, |n| n.create_index);
     node.modify_index = w.index;

@@ -1,6 +1,7 @@
 //! The state store: the one place commands are applied, snapshots taken and blocking
 //! queries run.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -176,6 +177,40 @@ impl StateStore {
         command: &Command,
         before_publish: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<CommitInfo, E> {
+        self.apply_cow(index, Cow::Borrowed(command), before_publish)
+    }
+
+    /// Like [`apply`](Self::apply), taking the command by value: the nodes and
+    /// allocations it carries become the stored rows without being copied. The typed
+    /// write methods use it.
+    ///
+    /// # Errors
+    /// See [`apply`](Self::apply).
+    pub fn apply_owned(&self, index: u64, command: Command) -> Result<CommitInfo> {
+        self.apply_owned_with(index, command, || Ok(()))
+    }
+
+    /// [`apply_owned`](Self::apply_owned) with the hook of
+    /// [`apply_with`](Self::apply_with). The hook does not see the command (it has
+    /// been consumed): a log that needs its bytes encodes them before the call.
+    ///
+    /// # Errors
+    /// The command's [`StateError`](super::StateError) (converted), or the hook's error.
+    pub fn apply_owned_with<E: From<StateError>>(
+        &self,
+        index: u64,
+        command: Command,
+        before_publish: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<CommitInfo, E> {
+        self.apply_cow(index, Cow::Owned(command), before_publish)
+    }
+
+    fn apply_cow<E: From<StateError>>(
+        &self,
+        index: u64,
+        command: Cow<'_, Command>,
+        before_publish: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<CommitInfo, E> {
         let span = tracing::debug_span!(
             "apply",
             kind = command.kind(),
@@ -185,24 +220,13 @@ impl StateStore {
         let _enter = span.enter();
         let txn = self.db.begin_write(index).map_err(StateError::from)?;
         let mut w = Writer::new(txn, self.t);
+        // Rows a command carries are moved into the store when it is owned (copied by
+        // `apply_by_ref` when it is borrowed); everything else is read by reference.
         let applied = match command {
-            Command::UpsertNode { node } => nodes::upsert_node(&mut w, node),
-            Command::UpsertNodes { nodes } => nodes::upsert_nodes(&mut w, nodes),
-            Command::DeleteNodes { ids } => nodes::delete_nodes(&mut w, ids),
-            Command::UpdateNodeStatus { id, status } => nodes::update_status(&mut w, id, *status),
-            Command::UpdateNodeDrain { id, drain } => nodes::update_drain(&mut w, id, *drain),
-            Command::UpdateNodeEligibility { id, eligible } => {
-                nodes::update_eligibility(&mut w, id, *eligible)
-            }
-            Command::UpsertAllocs { allocs } => allocs::upsert_allocs(&mut w, allocs),
-            Command::DeleteAllocs { ids } => allocs::delete_allocs(&mut w, ids),
-            Command::RegisterVolumes { volumes } => volumes::register_volumes(&mut w, volumes),
-            Command::DeregisterVolumes {
-                namespace,
-                ids,
-                force,
-            } => volumes::deregister_volumes(&mut w, namespace, ids, *force),
-            Command::ClaimVolumes { claims } => claims::claim_volumes(&mut w, claims),
+            Cow::Owned(Command::UpsertNode { node }) => nodes::upsert_node(&mut w, node),
+            Cow::Owned(Command::UpsertNodes { nodes }) => nodes::upsert_nodes(&mut w, nodes),
+            Cow::Owned(Command::UpsertAllocs { allocs }) => allocs::upsert_allocs(&mut w, allocs),
+            other => apply_by_ref(&mut w, &other),
         };
         if let Err(e) = applied {
             tracing::debug!(error = %e, "rejected");
@@ -219,7 +243,7 @@ impl StateStore {
     /// # Errors
     /// See [`apply`](Self::apply).
     pub fn upsert_node(&self, index: u64, node: Node) -> Result<CommitInfo> {
-        self.apply(index, &Command::UpsertNode { node })
+        self.apply_owned(index, Command::UpsertNode { node })
     }
 
     /// Upserts many nodes in one write (see [`Command::UpsertNodes`]).
@@ -227,7 +251,7 @@ impl StateStore {
     /// # Errors
     /// See [`apply`](Self::apply); nothing is written if any node is rejected.
     pub fn upsert_nodes(&self, index: u64, nodes: Vec<Node>) -> Result<CommitInfo> {
-        self.apply(index, &Command::UpsertNodes { nodes })
+        self.apply_owned(index, Command::UpsertNodes { nodes })
     }
 
     /// Deletes nodes (atomic; an unknown id fails the whole write).
@@ -295,7 +319,7 @@ impl StateStore {
     /// # Errors
     /// See [`apply`](Self::apply).
     pub fn upsert_allocs(&self, index: u64, allocs: Vec<Allocation>) -> Result<CommitInfo> {
-        self.apply(index, &Command::UpsertAllocs { allocs })
+        self.apply_owned(index, Command::UpsertAllocs { allocs })
     }
 
     /// Deletes allocations (missing ids are skipped).
@@ -454,5 +478,28 @@ impl StateStore {
                 .collect();
             (v.volumes_index(), vols)
         })
+    }
+}
+
+/// A borrowed command: rows it carries are copied, the rest is read by reference.
+fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
+    match command {
+        Command::UpsertNode { node } => nodes::upsert_node(w, node.clone()),
+        Command::UpsertNodes { nodes } => nodes::upsert_nodes(w, nodes.clone()),
+        Command::UpsertAllocs { allocs } => allocs::upsert_allocs(w, allocs.clone()),
+        Command::DeleteNodes { ids } => nodes::delete_nodes(w, ids),
+        Command::UpdateNodeStatus { id, status } => nodes::update_status(w, id, *status),
+        Command::UpdateNodeDrain { id, drain } => nodes::update_drain(w, id, *drain),
+        Command::UpdateNodeEligibility { id, eligible } => {
+            nodes::update_eligibility(w, id, *eligible)
+        }
+        Command::DeleteAllocs { ids } => allocs::delete_allocs(w, ids),
+        Command::RegisterVolumes { volumes } => volumes::register_volumes(w, volumes),
+        Command::DeregisterVolumes {
+            namespace,
+            ids,
+            force,
+        } => volumes::deregister_volumes(w, namespace, ids, *force),
+        Command::ClaimVolumes { claims } => claims::claim_volumes(w, claims),
     }
 }
