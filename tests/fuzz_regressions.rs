@@ -12,11 +12,10 @@
 mod harness;
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use schedstate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo, Node, id};
+use schedstate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo, Fingerprints, Node, id};
 use schedstate::state::{StateStore, names};
 use support::{TempDir, canonical};
 
@@ -75,7 +74,7 @@ fn node_with(
     nodes: Vec<CsiInfo>,
     update_time: u64,
 ) -> Node {
-    let map = |list: Vec<CsiInfo>| -> BTreeMap<_, _> {
+    let map = |list: Vec<CsiInfo>| -> Fingerprints {
         list.into_iter()
             .map(|mut i| {
                 i.update_time = update_time;

@@ -9,12 +9,14 @@
 
 mod alloc;
 mod csi_info;
+mod fingerprints;
 mod node;
 mod plugin;
 mod volume;
 
 pub use alloc::{AllocListStub, Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
 pub use csi_info::{CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiTopology};
+pub use fingerprints::Fingerprints;
 pub use node::{Node, NodeStatus};
 pub use plugin::{CsiPlugin, PluginInstances};
 pub use volume::{

@@ -1,11 +1,8 @@
 //! Client nodes and their status.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 
-use super::{CsiInfo, Id};
+use super::{Fingerprints, Id};
 
 /// The lifecycle status of a client node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -36,10 +33,10 @@ pub struct Node {
     pub eligible: bool,
     /// Fingerprints of the CSI controller plugin instances the node runs, by plugin id.
     #[serde(default)]
-    pub csi_controller_plugins: BTreeMap<Id, Arc<CsiInfo>>,
+    pub csi_controller_plugins: Fingerprints,
     /// Fingerprints of the CSI node plugin instances the node runs, by plugin id.
     #[serde(default)]
-    pub csi_node_plugins: BTreeMap<Id, Arc<CsiInfo>>,
+    pub csi_node_plugins: Fingerprints,
     /// The index of the write that created the row.
     pub create_index: u64,
     /// The index of the last write that changed the row.
@@ -55,8 +52,8 @@ impl Node {
             status: NodeStatus::Ready,
             drain: false,
             eligible: true,
-            csi_controller_plugins: BTreeMap::new(),
-            csi_node_plugins: BTreeMap::new(),
+            csi_controller_plugins: Fingerprints::new(),
+            csi_node_plugins: Fingerprints::new(),
             create_index: 0,
             modify_index: 0,
         }
@@ -65,6 +62,9 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use super::super::CsiInfo;
     use super::*;
 
     #[test]

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiMountOptions, CsiNodeInfo,
     CsiTopology, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
-    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus, Id,
-    Node, NodeStatus, id,
+    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus,
+    Fingerprints, Id, Node, NodeStatus, id,
 };
 use schedstate::state::{Command, VolumeClaimRequest};
 
@@ -317,7 +317,7 @@ fn node_id(inp: &mut Input<'_>) -> Id {
     id(inp.pick(&NODES))
 }
 
-fn file(map: &mut BTreeMap<Id, Arc<CsiInfo>>, info: Arc<CsiInfo>) {
+fn file(map: &mut Fingerprints, info: Arc<CsiInfo>) {
     map.insert(info.plugin_id.clone(), info);
 }
 
