@@ -125,7 +125,9 @@ impl Dataset {
 
     /// The row objects, built before any timing (as the peer does).
     pub fn objects(&self) -> (Vec<Arc<Node>>, Vec<Arc<Allocation>>) {
+        // Shared, as the peer's string literals are: one "default", one "tg".
         let default_ns = Id::from("default");
+        let task_group = Id::from("tg");
         let mut nodes = Vec::with_capacity(self.nodes);
         let mut allocs = Vec::with_capacity(self.nodes * self.allocs_per);
         for i in 0..self.nodes {
@@ -161,7 +163,7 @@ impl Dataset {
                     id: self.alloc_ids[k].clone(),
                     namespace: default_ns.clone(),
                     job_id: Id::from(format!("job-{:03}", k % 500)),
-                    task_group: "tg".into(),
+                    task_group: task_group.clone(),
                     node_id: nid.clone(),
                     desired_status: DesiredStatus::Run,
                     client_status: ClientStatus::Running,
