@@ -64,8 +64,59 @@ impl PartialOrd for Key {
 }
 
 impl Ord for Key {
+    #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.as_bytes().cmp(other.as_bytes())
+        compare(self.as_bytes(), other.as_bytes())
+    }
+}
+
+/// Byte order, deciding on the first eight bytes with one integer comparison when both
+/// have them and they differ — the common case inside a tree node (ids differ early),
+/// where a call to `memcmp` per probe was a visible share of every lookup.
+#[inline]
+fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
+}
+
+/// Encoded key bytes borrowed for a lookup: ordered exactly as [`Key`] (same fast
+/// path), so a map of keys can be searched with bytes at the same speed as with a key.
+#[repr(transparent)]
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) struct KeyBytes([u8]);
+
+impl KeyBytes {
+    #[inline]
+    pub(crate) fn new(bytes: &[u8]) -> &KeyBytes {
+        // SAFETY: `KeyBytes` is `repr(transparent)` over `[u8]`, so the pointer cast
+        // keeps the slice's address, length and lifetime.
+        unsafe { &*(std::ptr::from_ref::<[u8]>(bytes) as *const KeyBytes) }
+    }
+}
+
+impl PartialOrd for KeyBytes {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyBytes {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        compare(&self.0, &other.0)
+    }
+}
+
+impl Borrow<KeyBytes> for Key {
+    #[inline]
+    fn borrow(&self) -> &KeyBytes {
+        KeyBytes::new(self.as_bytes())
     }
 }
 
@@ -286,6 +337,30 @@ mod tests {
         assert!(k("a", "a") < k("a", "b"));
         assert!(!k("ab", "x").starts_with(&Key::str("a")));
         assert!(k("ab", "x").starts_with(KeyBuilder::new().str_prefix("a").as_bytes()));
+    }
+
+    #[test]
+    fn the_fast_comparison_agrees_with_byte_order() {
+        let samples: Vec<&[u8]> = vec![
+            b"",
+            b"a",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgi",
+            b"abcdefg",
+            b"abcdefgha",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"\0\0\0\0\0\0\0\0\0",
+            b"zz",
+        ];
+        for a in &samples {
+            for b in &samples {
+                assert_eq!(compare(a, b), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(KeyBytes::new(a).cmp(KeyBytes::new(b)), a.cmp(b));
+                let (ka, kb) = (Key::from_encoded(a), Key::from_encoded(b));
+                assert_eq!(ka.cmp(&kb), a.cmp(b));
+            }
+        }
     }
 
     #[test]

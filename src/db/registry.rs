@@ -9,6 +9,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::Key;
+use super::key::KeyBytes;
 use super::root::{Root, RowMap};
 use super::schema::TableId;
 use super::watch::{Signal, WatchItem};
@@ -245,7 +246,7 @@ fn changed_since(base: &Root, current: &Root, items: &[WatchItem]) -> bool {
             WatchItem::Table { .. } => true,
             WatchItem::Key { map, key, .. } => {
                 match (base.map(table, *map), current.map(table, *map)) {
-                    (Some(b), Some(c)) => match (b.get(&key[..]), c.get(&key[..])) {
+                    (Some(b), Some(c)) => match (b.get(key), c.get(key)) {
                         (None, None) => false,
                         (Some(x), Some(y)) => !Arc::ptr_eq(x, y),
                         _ => true,
@@ -264,10 +265,10 @@ fn changed_since(base: &Root, current: &Root, items: &[WatchItem]) -> bool {
 }
 
 fn range_differs(b: &RowMap, c: &RowMap, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    let lo = lo.as_ref().map(Vec::as_slice);
-    let hi = hi.as_ref().map(Vec::as_slice);
-    let mut left = b.range::<_, [u8]>((lo, hi));
-    let mut right = c.range::<_, [u8]>((lo, hi));
+    let lo = lo.as_ref().map(|v| KeyBytes::new(v));
+    let hi = hi.as_ref().map(|v| KeyBytes::new(v));
+    let mut left = b.range::<_, KeyBytes>((lo, hi));
+    let mut right = c.range::<_, KeyBytes>((lo, hi));
     for _ in 0..RANGE_COMPARE_LIMIT {
         match (left.next(), right.next()) {
             (None, None) => return false,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::database::Shared;
+use super::key::KeyBytes;
 use super::reclaim::WriterLock;
 use super::root::Root;
 use super::schema::{Row, Table, TableDef, TableId};
@@ -181,7 +182,7 @@ impl WriteTxn {
             });
         };
         let data = &self.root.tables[table.id];
-        let old = data.maps[0].get(&pk[..]).cloned();
+        let old = data.maps[0].get(&pk).cloned();
         if let Some(old) = &old
             && Arc::ptr_eq(old, &row)
         {
@@ -204,7 +205,7 @@ impl WriteTxn {
                     if old_keys.contains(k) {
                         continue;
                     }
-                    if let Some(holder) = data.maps[map].get(&k[..]) {
+                    if let Some(holder) = data.maps[map].get(k) {
                         let mut holder_pk = Vec::with_capacity(1);
                         def.map_keys(0, holder, &mut holder_pk);
                         if holder_pk.first() != Some(&pk) {
@@ -224,7 +225,7 @@ impl WriteTxn {
         for (map, old_keys, new_keys) in plans {
             let m = &mut data.maps[map];
             for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
-                m.remove(&k[..]);
+                m.remove(k);
             }
             for k in new_keys {
                 m.insert(k, Arc::clone(&row));
@@ -248,7 +249,7 @@ impl WriteTxn {
         let schema = self.table_def(table.schema, table.id)?;
         let def = &schema.tables[table.id];
         let data = &mut self.root.tables[table.id];
-        let Some((pk, old)) = data.maps[0].remove_with_key(key) else {
+        let Some((pk, old)) = data.maps[0].remove_with_key(KeyBytes::new(key)) else {
             return Ok(None);
         };
         let mut keys = Vec::new();
@@ -256,7 +257,7 @@ impl WriteTxn {
             keys.clear();
             def.map_keys(map, &old, &mut keys);
             for k in &keys {
-                data.maps[map].remove(&k[..]);
+                data.maps[map].remove(k);
             }
         }
         let out = downcast(&old);

@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::Key;
-use super::key::prefix_successor;
+use super::key::{KeyBytes, prefix_successor};
 use super::root::{Root, RowMap};
 use super::schema::{Index, Row, Table, TableId};
 use super::watch::{WatchItem, WatchSet};
@@ -80,7 +80,7 @@ impl<'a> View<'a> {
     /// Like [`get`](Self::get), borrowing the row instead of counting a reference.
     pub fn get_ref<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a Row> {
         self.watch_key(table.id, 0, key);
-        self.map(table.schema, table.id, 0)?.get(key)
+        self.map(table.schema, table.id, 0)?.get(KeyBytes::new(key))
     }
 
     /// The row with primary key `key`, borrowed as its type.
@@ -94,7 +94,7 @@ impl<'a> View<'a> {
         if index.unique {
             self.watch_key(index.table, index.map, key);
             let map = self.map(index.schema, index.table, index.map)?;
-            map.get(key).and_then(downcast)
+            map.get(KeyBytes::new(key)).and_then(downcast)
         } else {
             self.index_eq(index, key).next()
         }
@@ -133,7 +133,7 @@ impl<'a> View<'a> {
             self.watch_key(index.table, index.map, key);
             let row = self
                 .map(index.schema, index.table, index.map)
-                .and_then(|m| m.get_key_value(key));
+                .and_then(|m| m.get_key_value(KeyBytes::new(key)));
             return Rows {
                 inner: RowsInner::One(row),
                 _row: PhantomData,
@@ -166,7 +166,7 @@ impl<'a> View<'a> {
         self.watch_range(table, map, &range);
         let inner = match self.map(schema, table, map) {
             Some(m) => RowsInner::Range(
-                m.range::<_, [u8]>((as_ref_bound(&range.0), as_ref_bound(&range.1))),
+                m.range::<_, KeyBytes>((as_ref_bound(&range.0), as_ref_bound(&range.1))),
             ),
             None => RowsInner::One(None),
         };
@@ -190,7 +190,7 @@ impl<'a> View<'a> {
         }
         let inner = match self.map(schema, table, map) {
             Some(m) => RowsInner::Prefix(
-                m.range::<_, [u8]>((Bound::Included(prefix), Bound::Unbounded)),
+                m.range::<_, KeyBytes>((Bound::Included(KeyBytes::new(prefix)), Bound::Unbounded)),
                 Key::from_encoded(prefix),
             ),
             None => RowsInner::One(None),
@@ -271,7 +271,7 @@ impl<'a> View<'a> {
                     keys.sort_unstable();
                     keys.dedup();
                     for k in &keys {
-                        match data.maps[map].get(&k[..]) {
+                        match data.maps[map].get(k) {
                             Some(found) if Arc::ptr_eq(found, row) => {}
                             _ => {
                                 return Err(format!(
@@ -299,10 +299,10 @@ impl<'a> View<'a> {
     }
 }
 
-fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&KeyBytes> {
     match b {
-        Bound::Included(v) => Bound::Included(v.as_slice()),
-        Bound::Excluded(v) => Bound::Excluded(v.as_slice()),
+        Bound::Included(v) => Bound::Included(KeyBytes::new(v)),
+        Bound::Excluded(v) => Bound::Excluded(KeyBytes::new(v)),
         Bound::Unbounded => Bound::Unbounded,
     }
 }
