@@ -24,7 +24,7 @@ use super::lock::DirLock;
 pub use super::recover::{OpenReport, TornTail};
 use super::recover::{list, recover, snapshot_name};
 use super::snapshot::write_snapshot;
-use super::wal::{SEGMENT_HEADER_LEN, SegmentWriter};
+use super::wal::{EncodedRecord, SEGMENT_HEADER_LEN, SegmentWriter};
 
 /// When a commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -221,19 +221,54 @@ impl DurableStore {
     /// The command's [`StateError`](crate::state::StateError), or an I/O error of the
     /// log (the write is then abandoned: not applied, not logged).
     pub fn apply(&self, index: u64, command: &Command) -> Result<CommitInfo> {
-        let inner = &*self.inner;
         let mut logged_at = (0, 0);
-        let info = inner.store.apply_with(index, command, || -> Result<()> {
-            let mut wal = inner.wal.lock();
-            let before = wal.len;
-            let end = wal.append(index, command)?;
-            if inner.options.sync == SyncPolicy::EveryCommit {
-                wal.sync()?;
-            }
-            logged_at = (wal.seq, end);
-            *inner.logged.lock() += end - before;
-            Ok(())
+        let info = self.inner.store.apply_with(index, command, || {
+            self.log(&mut logged_at, |wal| wal.append(index, command))
         })?;
+        self.settle(logged_at)?;
+        Ok(info)
+    }
+
+    /// Like [`apply`](Self::apply), taking the command by value: its nodes and
+    /// allocations become the stored rows without a copy. The log record is encoded
+    /// before the command is applied (applying consumes it) and written, as with
+    /// `apply`, only if the state rules accept the command.
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply).
+    pub fn apply_owned(&self, index: u64, command: Command) -> Result<CommitInfo> {
+        let record = EncodedRecord::new(index, &command)?;
+        let mut logged_at = (0, 0);
+        let info = self.inner.store.apply_owned_with(index, command, || {
+            self.log(&mut logged_at, |wal| wal.append_encoded(index, &record))
+        })?;
+        self.settle(logged_at)?;
+        Ok(info)
+    }
+
+    /// The `before_publish` hook of a write: appends its record (and fsyncs under
+    /// `EveryCommit`), remembering where it ended for the group sync.
+    fn log(
+        &self,
+        logged_at: &mut (u64, u64),
+        append: impl FnOnce(&mut SegmentWriter) -> Result<u64>,
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        let mut wal = inner.wal.lock();
+        let before = wal.len;
+        let end = append(&mut wal)?;
+        if inner.options.sync == SyncPolicy::EveryCommit {
+            wal.sync()?;
+        }
+        *logged_at = (wal.seq, end);
+        *inner.logged.lock() += end - before;
+        Ok(())
+    }
+
+    /// After a write is published: waits for its group sync, starts a compaction when
+    /// the log has grown enough.
+    fn settle(&self, logged_at: (u64, u64)) -> Result<()> {
+        let inner = &*self.inner;
         if inner.options.sync == SyncPolicy::Group {
             self.group_sync(logged_at)?;
         }
@@ -243,7 +278,7 @@ impl DurableStore {
         {
             result?;
         }
-        Ok(info)
+        Ok(())
     }
 
     /// Waits until the log is durable up to `at`, fsyncing for everyone waiting if

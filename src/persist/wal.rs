@@ -127,31 +127,35 @@ impl SegmentWriter {
     /// back to where it was, so no partial record is left before the next one; if even
     /// that fails the segment is poisoned and refuses further appends.
     pub(crate) fn append(&mut self, index: u64, command: &Command) -> Result<u64> {
+        let buf = encode_into(index, command, std::mem::take(&mut self.buf))?;
+        let result = self.append_bytes(index, &buf);
+        self.buf = buf;
+        result
+    }
+
+    /// Appends a record encoded beforehand by [`EncodedRecord::new`] (for a command that
+    /// has since been consumed by applying it). Same failure handling as
+    /// [`append`](Self::append).
+    pub(crate) fn append_encoded(&mut self, index: u64, record: &EncodedRecord) -> Result<u64> {
+        self.append_bytes(index, &record.bytes)
+    }
+
+    /// Checks the size, fills in length and checksum, writes.
+    fn append_bytes(&mut self, index: u64, record: &[u8]) -> Result<u64> {
         if self.poisoned {
             return Err(PersistError::LogPoisoned);
         }
-        self.buf.clear();
-        self.buf
-            .extend_from_slice(&[0u8; RECORD_HEADER_LEN as usize]);
-        let mut buf = postcard::to_extend(&(index, command), std::mem::take(&mut self.buf))?;
-        let payload_len = buf.len() - RECORD_HEADER_LEN as usize;
-        let len = u32::try_from(payload_len)
-            .ok()
-            .filter(|n| *n <= MAX_RECORD)
-            .ok_or_else(|| PersistError::Corrupt {
+        let payload_len = record.len() - RECORD_HEADER_LEN as usize;
+        if u32::try_from(payload_len).map_or(true, |n| n > MAX_RECORD) {
+            return Err(PersistError::Corrupt {
                 path: self.path.clone(),
                 offset: self.len,
                 reason: format!("command of {payload_len} bytes exceeds the record limit"),
-            })?;
-        let len_bytes = len.to_le_bytes();
-        let crc = record_crc(len_bytes, &buf[RECORD_HEADER_LEN as usize..]);
-        buf[0..4].copy_from_slice(&len_bytes);
-        buf[4..8].copy_from_slice(&crc.to_le_bytes());
-        let written = self.file.write_all(&buf);
-        self.buf = buf;
-        match written {
+            });
+        }
+        match self.file.write_all(record) {
             Ok(()) => {
-                self.len += self.buf.len() as u64;
+                self.len += record.len() as u64;
                 self.last_index = index;
                 Ok(self.len)
             }
@@ -176,6 +180,35 @@ impl SegmentWriter {
     pub(crate) fn sync_handle(&self) -> Result<File> {
         self.file.try_clone().at(&self.path)
     }
+}
+
+/// The bytes of one log record (header and payload), encoded ahead of the write: what
+/// an owned apply logs, since applying consumes the command.
+pub(crate) struct EncodedRecord {
+    bytes: Vec<u8>,
+}
+
+impl EncodedRecord {
+    pub(crate) fn new(index: u64, command: &Command) -> Result<EncodedRecord> {
+        Ok(EncodedRecord {
+            bytes: encode_into(index, command, Vec::new())?,
+        })
+    }
+}
+
+/// Encodes the record of `command` at `index` into `buf` (cleared first): length,
+/// checksum, then the postcard payload. The length is clamped here and checked against
+/// the record limit when the record is written.
+fn encode_into(index: u64, command: &Command, mut buf: Vec<u8>) -> Result<Vec<u8>> {
+    buf.clear();
+    buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN as usize]);
+    let mut buf = postcard::to_extend(&(index, command), buf)?;
+    let payload_len = buf.len() - RECORD_HEADER_LEN as usize;
+    let len_bytes = u32::try_from(payload_len).unwrap_or(u32::MAX).to_le_bytes();
+    let crc = record_crc(len_bytes, &buf[RECORD_HEADER_LEN as usize..]);
+    buf[0..4].copy_from_slice(&len_bytes);
+    buf[4..8].copy_from_slice(&crc.to_le_bytes());
+    Ok(buf)
 }
 
 /// A record found by a scan.

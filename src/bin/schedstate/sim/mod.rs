@@ -97,12 +97,10 @@ impl<'a> Cluster<'a> {
 
     fn apply(&mut self, command: Command) -> Result<(), CliError> {
         let index = self.next;
-        self.db.apply(index, &command).map_err(|e| {
-            err(format!(
-                "demo: {} at index {index} was refused: {e}",
-                command.kind()
-            ))
-        })?;
+        let kind = command.kind();
+        self.db
+            .apply_owned(index, command)
+            .map_err(|e| err(format!("demo: {kind} at index {index} was refused: {e}")))?;
         self.next += 1;
         self.stats.commands += 1;
         Ok(())
