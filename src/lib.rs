@@ -13,15 +13,16 @@
 //! - [`persist`] — beside `state`: the versioned, checksummed snapshot format, the
 //!   write-ahead log of commands, and [`persist::DurableStore`], which recovers from
 //!   them after a crash;
-//! - [`state`] — the scheduler's rules: [`state::StateStore::apply`] is the only way the
-//!   state changes; plugins are derived from node fingerprints and allocation writes;
+//! - [`state`] — the scheduler's rules: [`state::StateStore::apply`] (or `apply_owned`,
+//!   which moves the command's rows into the store) is the only way the state changes; plugins are derived from node fingerprints and allocation writes;
 //!   volumes are registered, claimed and released against them; [`state::StateView`]
 //!   holds every read, denormalization and the invariant checker;
 //! - [`model`] — plain serde data: [`model::Node`], [`model::CsiInfo`],
 //!   [`model::Allocation`], [`model::CsiPlugin`], [`model::CsiVolume`], …;
 //! - [`db`] — the generic MVCC engine, which knows nothing about CSI: tables and
 //!   secondary indexes on persistent maps, snapshots, single-writer transactions,
-//!   change sets, exact watches and blocking queries.
+//!   change sets, exact watches and blocking queries. A version no reader holds any
+//!   more is freed on the writer's side, never on a reader's thread.
 //!
 //! # Example
 //!
