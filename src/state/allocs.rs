@@ -18,7 +18,8 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
                 field: "id",
             });
         }
-        let existing = w.view().alloc_by_id(&alloc.id);
+        // Borrowed: only the create index is needed, not a counted reference.
+        let existing = w.txn.view().get_value(w.t.allocs, &Key::str(&alloc.id));
         alloc.create_index = existing.map_or(w.index, |a| a.create_index);
         alloc.modify_index = w.index;
         let server_terminal = alloc.server_terminal();

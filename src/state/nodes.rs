@@ -49,7 +49,8 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
             });
         }
     }
-    let existing = w.view().node_by_id(&node.id);
+    // Borrowed: only the create index is needed, not a counted reference.
+    let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
     node.create_index = existing.map_or(w.index, |n| n.create_index);
     node.modify_index = w.index;
     let node = Arc::new(node);
