@@ -102,9 +102,9 @@ fn upsert_node_txn(c: &mut Criterion) {
 fn plugin_denormalize(c: &mut Criterion) {
     let (store, _, _) = cluster(10_000);
     let snap = store.snapshot();
-    let plugin = snap.view().csi_plugin_by_id("plugin-03").expect("plugin");
+    let plugin = snap.view().csi_plugin("plugin-03").expect("plugin");
     c.bench_function("plugin_denormalize_2k_allocs", |b| {
-        b.iter(|| black_box(snap.view().csi_plugin_denormalize(&plugin)));
+        b.iter(|| black_box(snap.view().denormalize_csi_plugin(&plugin)));
     });
 }
 

@@ -71,7 +71,21 @@
 
 #![warn(missing_docs)]
 
-pub mod db;
+#[cfg(feature = "unstable-internals")]
+pub use schedstate_engine as engine;
+#[cfg(not(feature = "unstable-internals"))]
+pub(crate) use schedstate_engine as engine;
+
 pub mod model;
 pub mod persist;
 pub mod state;
+
+pub use persist::{DurableStore, OpenReport, Options, PersistError, SyncPolicy};
+pub use schedstate_engine::{
+    ChangeKind, DEFAULT_WATCH_LIMIT, Error as EngineError, MAX_BLOCKING_WAIT, QueryOptions,
+    QueryResult, WaitOutcome, WatchSet,
+};
+pub use state::{
+    Command, Commit, CsiVolumeClaimRequest, InvariantViolation, Row, RowChange, StateError,
+    StateReader, StateSnapshot, StateStore, StateView, Table,
+};

@@ -88,7 +88,7 @@ static GLOBAL: Counting = Counting;
 /// counterpart of the peer's `runtime.GC()` before it reads the heap (schedstate frees
 /// such versions on the next write, or at once with `Db::reclaim`).
 pub fn settled_live_bytes(store: &StateStore) -> u64 {
-    store.db().reclaim();
+    store.reader().db().reclaim();
     live_bytes()
 }
 

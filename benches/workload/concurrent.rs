@@ -47,7 +47,7 @@ fn concurrent(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let snap = ctx.store.snapshot();
-                let a = snap.view().alloc_by_id(&ds.alloc_ids[r.intn(n_allocs)]);
+                let a = snap.view().alloc(&ds.alloc_ids[r.intn(n_allocs)]);
                 assert!(a.is_some(), "concurrent: missing alloc");
                 n += 1;
             }
@@ -93,10 +93,7 @@ fn memory_snapshot_held(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
     let rss_held = rss_bytes();
     // The snapshot still sees the world before those writes.
     assert_eq!(snap.view().last_applied(), held_index, "snapshot moved");
-    assert!(
-        snap.view().node_by_id(&ds.node_ids[0]).is_some(),
-        "snapshot lost"
-    );
+    assert!(snap.view().node(&ds.node_ids[0]).is_some(), "snapshot lost");
     drop(snap);
     let released = settled_live_bytes(&ctx.store);
     let rss_released = rss_bytes();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use schedstate::db::Key;
+use schedstate::engine::Key;
 use schedstate::model::{Allocation, CsiVolume, Node};
 use schedstate::state::{Command, StateError, StateStore};
 
@@ -49,7 +49,7 @@ pub fn run(
     let allocs: Vec<Allocation> = alloc_arcs.into_iter().map(Arc::unwrap_or_clone).collect();
     let store = StateStore::new();
     let mut ctx = Ctx {
-        t: store.tables(),
+        t: store.reader().tables(),
         store,
         ds: Arc::clone(ds),
         idx: 0,
@@ -87,7 +87,7 @@ fn bulk_load_raw(
     objs: &(Vec<Arc<Node>>, Vec<Arc<Allocation>>),
 ) -> (Duration, usize) {
     let scratch = StateStore::new();
-    let t = scratch.tables();
+    let t = scratch.reader().tables();
     let (nodes, allocs) = objs;
     let mut index = 0;
     let t0 = Instant::now();
@@ -95,7 +95,11 @@ fn bulk_load_raw(
     while lo < ds.nodes {
         let hi = (lo + f.batch).min(ds.nodes);
         index += 1;
-        let mut txn = scratch.db().begin_write(index).expect("begin_write");
+        let mut txn = scratch
+            .reader()
+            .db()
+            .begin_write(index)
+            .expect("begin_write");
         for i in lo..hi {
             for j in 0..ds.allocs_per {
                 txn.insert(t.allocs, Arc::clone(&allocs[i * ds.allocs_per + j]))
@@ -185,7 +189,7 @@ instead of the peer's {} (one txn per batch)",
 fn apply_timed(store: &StateStore, index: u64, command: Command) -> Duration {
     let mut before_publish = None;
     store
-        .apply_owned_with(index, command, || {
+        .apply_owned_with_hook(index, command, || {
             before_publish = Some(Instant::now());
             Ok::<(), StateError>(())
         })
@@ -207,7 +211,7 @@ fn volumes_load(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags, ds: &Dataset) {
         })
         .collect();
     ctx.store
-        .csi_volume_register(index, vols)
+        .register_csi_volumes(index, vols)
         .expect("csi_volume_register");
     let el = t0.elapsed();
     rep.emit(

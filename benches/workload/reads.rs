@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::hint::black_box;
 use std::time::Instant;
 
-use schedstate::db::WatchSet;
+use schedstate::engine::WatchSet;
 use schedstate::model::Id;
 
 use crate::dataset::Dataset;
@@ -63,7 +63,7 @@ fn point_reads(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
     let mut found = 0usize;
     let t0 = Instant::now();
     for _ in 0..f.reads {
-        if black_box(v.alloc_by_id(&ds.alloc_ids[r.intn(n_allocs)])).is_some() {
+        if black_box(v.alloc(&ds.alloc_ids[r.intn(n_allocs)])).is_some() {
             found += 1;
         }
     }
@@ -80,7 +80,7 @@ fn point_reads(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
     let t0 = Instant::now();
     for _ in 0..f.reads {
         let s = ctx.store.snapshot();
-        black_box(s.view().alloc_by_id(&ds.alloc_ids[r.intn(n_allocs)]));
+        black_box(s.view().alloc(&ds.alloc_ids[r.intn(n_allocs)]));
     }
     let el = t0.elapsed();
     rep.emit(
@@ -93,7 +93,7 @@ fn point_reads(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
     let mut r = SplitMix64(1003);
     let t0 = Instant::now();
     for _ in 0..f.reads {
-        black_box(v.csi_plugin_by_id(&ds.plugin_ids[r.intn(f.plugins)]));
+        black_box(v.csi_plugin(&ds.plugin_ids[r.intn(f.plugins)]));
     }
     let el = t0.elapsed();
     rep.emit(
@@ -107,7 +107,7 @@ fn point_reads(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
     let mut r = SplitMix64(1004);
     let t0 = Instant::now();
     for _ in 0..f.reads {
-        let vol = v.csi_volume_stored("default", &vol_ids[r.intn(f.volumes)]);
+        let vol = v.csi_volume("default", &vol_ids[r.intn(f.volumes)]);
         assert!(vol.is_some(), "point_read_volume: missing volume");
         black_box(vol);
     }
@@ -160,7 +160,7 @@ fn plugin_denormalize(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
         let snap = ctx.store.snapshot();
         let v = snap.view();
         for pid in &ds.plugin_ids {
-            let Some(p) = v.csi_plugin_by_id(pid) else {
+            let Some(p) = v.csi_plugin(pid) else {
                 continue;
             };
             let ids: BTreeSet<&Id> = p
@@ -169,7 +169,7 @@ fn plugin_denormalize(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
                 .chain(p.nodes.iter())
                 .map(|(_, i)| &i.alloc_id)
                 .collect();
-            let found = ids.iter().filter(|id| v.alloc_by_id(id).is_some()).count();
+            let found = ids.iter().filter(|id| v.alloc(id).is_some()).count();
             lookups += ids.len();
             missing += ids.len() - found;
         }
@@ -181,8 +181,8 @@ fn plugin_denormalize(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
         let snap = ctx.store.snapshot();
         let v = snap.view();
         for pid in &ds.plugin_ids {
-            if let Some(p) = v.csi_plugin_by_id(pid) {
-                let d = v.csi_plugin_denormalize(&p);
+            if let Some(p) = v.csi_plugin(pid) {
+                let d = v.denormalize_csi_plugin(&p);
                 stubs += d.allocations.len();
                 black_box(d);
             }
@@ -218,8 +218,8 @@ fn plugin_denormalize(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
         for pid in &ds.plugin_ids {
             let ws = WatchSet::new();
             let v = snap.watched(&ws);
-            if let Some(p) = v.csi_plugin_by_id(pid) {
-                black_box(v.csi_plugin_denormalize(&p));
+            if let Some(p) = v.csi_plugin(pid) {
+                black_box(v.denormalize_csi_plugin(&p));
             }
             items += ws.len();
             ops += 1;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use schedstate::db::{Key, WaitOutcome, WatchSet, WriteTxn};
+use schedstate::engine::{Key, WaitOutcome, WatchSet, WriteTxn};
 use schedstate::model::{Allocation, Id};
 use schedstate::state::{StateStore, StateView, Tables};
 
@@ -30,7 +30,12 @@ impl Ctx {
     /// (the peer's `touchPluginTxn`; no command writes a plugin alone). Not committed.
     pub fn touch_plugin_txn(&mut self, pid: &str) -> WriteTxn {
         let index = self.next_index();
-        let mut txn = self.store.db().begin_write(index).expect("begin_write");
+        let mut txn = self
+            .store
+            .reader()
+            .db()
+            .begin_write(index)
+            .expect("begin_write");
         let p = txn
             .view()
             .get(self.t.plugins, &Key::str(pid))
@@ -57,7 +62,7 @@ impl Ctx {
 
     pub fn alloc_copy(&self, aid: &str) -> Allocation {
         let snap = self.store.snapshot();
-        let a = snap.view().alloc_by_id(aid).expect("alloc to touch");
+        let a = snap.view().alloc(aid).expect("alloc to touch");
         (*a).clone()
     }
 
@@ -90,7 +95,7 @@ pub fn upsert_toggle(store: &StateStore, ds: &Dataset, idx: &mut u64, r: &mut Sp
     *idx += 1;
     let index = *idx;
     let snap = store.snapshot();
-    let old = snap.view().node_by_id(&ds.node_ids[i]).expect("node");
+    let old = snap.view().node(&ds.node_ids[i]).expect("node");
     let mut n = (*old).clone();
     let pid = &ds.plugin_ids[ds.node_plugins[i][k]];
     let mut info = (*old.csi_node_plugins[pid]).clone();
@@ -141,7 +146,7 @@ pub fn verify(ctx: &Ctx, stage: &str) {
         let w = want.get(&p.id);
         assert_eq!(w, Some(&got), "verify {stage}: plugin {} mismatch", p.id);
         for (nid, info) in p.nodes.iter() {
-            let node = v.node_by_id(nid).expect("node of a plugin entry");
+            let node = v.node(nid).expect("node of a plugin entry");
             assert_eq!(
                 node.csi_node_plugins.get(&p.id).map(|f| &**f),
                 Some(&**info),

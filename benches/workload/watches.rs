@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use schedstate::db::{WaitOutcome, WatchSet};
+use schedstate::engine::{WaitOutcome, WatchSet};
 use schedstate::model::Id;
 use schedstate::state::{Command, StateError, StateView};
 
@@ -57,7 +57,7 @@ fn blocking_wake(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags, asynchronous: boo
                     for _ in 0..rounds {
                         let snap = store.snapshot();
                         let ws = WatchSet::new();
-                        black_box(snap.watched(&ws).csi_plugin_by_id(&pid));
+                        black_box(snap.watched(&ws).csi_plugin(&pid));
                         let changed = ws.changed(); // registers
                         if ready_tx.send(ws.is_fired()).is_err() {
                             return;
@@ -73,7 +73,7 @@ fn blocking_wake(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags, asynchronous: boo
                 for _ in 0..rounds {
                     let snap = store.snapshot();
                     let ws = WatchSet::new();
-                    black_box(snap.watched(&ws).csi_plugin_by_id(&pid));
+                    black_box(snap.watched(&ws).csi_plugin(&pid));
                     let fired = register(&ws);
                     if ready_tx.send(fired).is_err() {
                         return;
@@ -145,7 +145,7 @@ fn watch_granularity(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
     for i in 0..f.wake_rounds {
         // 1. row watch on plugin-00, write plugin-01: must not fire.
         let w = |v: StateView<'_>| {
-            black_box(v.csi_plugin_by_id(&watched));
+            black_box(v.csi_plugin(&watched));
         };
         false_wakes += u64::from(ctx.fired_after(w, |c| c.touch_plugin(&other)));
         // 2. row watch on plugin-00, write plugin-00: must fire.
@@ -155,7 +155,7 @@ fn watch_granularity(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
         other_table += u64::from(ctx.fired_after(w, |c| c.touch_alloc(&aid)));
         // 4. watch on an absent plugin id, write plugin-01: exact here, must not fire.
         let wa = |v: StateView<'_>| {
-            black_box(v.csi_plugin_by_id(absent));
+            black_box(v.csi_plugin(absent));
         };
         missing_key += u64::from(ctx.fired_after(wa, |c| c.touch_plugin(&other)));
         // 5. allocs of node A, write an alloc of node B != A.
@@ -203,7 +203,7 @@ fn watch_granularity(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
 fn set_extra_fingerprint(ctx: &mut Ctx, i: usize, plugin: Option<&str>) {
     let ds = Arc::clone(&ctx.ds);
     let snap = ctx.store.snapshot();
-    let mut n = (*snap.view().node_by_id(&ds.node_ids[i]).expect("node")).clone();
+    let mut n = (*snap.view().node(&ds.node_ids[i]).expect("node")).clone();
     drop(snap);
     match plugin {
         Some(pid) => {
@@ -250,8 +250,8 @@ fn blocking_wake_many(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
                 let ws = WatchSet::new();
                 {
                     let v = snap.watched(&ws);
-                    if let Some(p) = v.csi_plugin_by_id(&pid) {
-                        black_box(v.csi_plugin_denormalize(&p));
+                    if let Some(p) = v.csi_plugin(&pid) {
+                        black_box(v.denormalize_csi_plugin(&p));
                     }
                 }
                 let n = ws.len(); // registering hands the items over to the store
@@ -277,7 +277,7 @@ fn blocking_wake_many(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
             let index = ctx.next_index();
             let mut c0 = None;
             ctx.store
-                .apply_owned_with(index, Command::UpsertAllocs { allocs: vec![a] }, || {
+                .apply_owned_with_hook(index, Command::UpsertAllocs { allocs: vec![a] }, || {
                     thread::sleep(Duration::from_millis(1)); // let the waiter park
                     c0 = Some(Instant::now());
                     Ok::<(), StateError>(())

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use schedstate::db::Key;
+use schedstate::engine::Key;
 
 use crate::flags::Flags;
 use crate::report::{Reporter, ns, pct, signed_ns, us};
@@ -51,7 +51,12 @@ upsert_node_txn_raw_cmd: the same through a command without derivation (update_n
         let s = Instant::now();
         let n = r.intn(f.nodes);
         let index = ctx.next_index();
-        let mut txn = ctx.store.db().begin_write(index).expect("begin_write");
+        let mut txn = ctx
+            .store
+            .reader()
+            .db()
+            .begin_write(index)
+            .expect("begin_write");
         let old = txn
             .view()
             .get(ctx.t.nodes, &Key::str(&ds.node_ids[n]))
@@ -76,7 +81,7 @@ upsert_node_txn_raw_cmd: the same through a command without derivation (update_n
             .store
             .snapshot()
             .view()
-            .node_by_id(&ds.node_ids[n])
+            .node(&ds.node_ids[n])
             .expect("node")
             .eligible;
         ctx.store

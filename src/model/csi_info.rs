@@ -46,6 +46,95 @@ pub struct CsiInfo {
 }
 
 impl CsiInfo {
+    /// A healthy controller instance of `plugin_id` run by `alloc_id`; set the
+    /// provider with [`with_provider`](Self::with_provider). File it in a node's
+    /// `csi_controller_plugins` (or let [`Node::add_csi_plugin`](super::Node::add_csi_plugin)
+    /// do it).
+    ///
+    /// ```
+    /// use schedstate::model::{CsiControllerInfo, CsiInfo};
+    ///
+    /// let info = CsiInfo::controller_instance("ebs", "alloc-1", CsiControllerInfo::default())
+    ///     .with_provider("ebs.csi.aws.com", "1.25.0")
+    ///     .requiring_controller(true);
+    /// assert!(info.is_controller() && !info.is_node() && info.healthy);
+    /// ```
+    pub fn controller_instance(
+        plugin_id: impl Into<Id>,
+        alloc_id: impl Into<Id>,
+        controller: CsiControllerInfo,
+    ) -> CsiInfo {
+        CsiInfo {
+            plugin_id: plugin_id.into(),
+            alloc_id: alloc_id.into(),
+            healthy: true,
+            controller_info: Some(controller),
+            ..CsiInfo::default()
+        }
+    }
+
+    /// A healthy node instance of `plugin_id` run by `alloc_id`. File it in a node's
+    /// `csi_node_plugins`.
+    pub fn node_instance(
+        plugin_id: impl Into<Id>,
+        alloc_id: impl Into<Id>,
+        node: CsiNodeInfo,
+    ) -> CsiInfo {
+        CsiInfo {
+            plugin_id: plugin_id.into(),
+            alloc_id: alloc_id.into(),
+            healthy: true,
+            node_info: Some(node),
+            ..CsiInfo::default()
+        }
+    }
+
+    /// A healthy instance that is both controller and node (a "monolith" plugin).
+    /// File it in both of a node's maps.
+    pub fn monolith_instance(
+        plugin_id: impl Into<Id>,
+        alloc_id: impl Into<Id>,
+        controller: CsiControllerInfo,
+        node: CsiNodeInfo,
+    ) -> CsiInfo {
+        CsiInfo {
+            plugin_id: plugin_id.into(),
+            alloc_id: alloc_id.into(),
+            healthy: true,
+            controller_info: Some(controller),
+            node_info: Some(node),
+            ..CsiInfo::default()
+        }
+    }
+
+    /// The same fingerprint with the vendor name and version the plugin reported
+    /// through the CSI identity call `GetPluginInfo`.
+    #[must_use]
+    pub fn with_provider(
+        mut self,
+        provider: impl Into<String>,
+        version: impl Into<String>,
+    ) -> Self {
+        self.provider = provider.into();
+        self.provider_version = version.into();
+        self
+    }
+
+    /// The same fingerprint with this health and description.
+    #[must_use]
+    pub fn with_health(mut self, healthy: bool, description: impl Into<String>) -> Self {
+        self.healthy = healthy;
+        self.health_description = description.into();
+        self
+    }
+
+    /// The same fingerprint saying whether the plugin needs a controller instance.
+    #[must_use]
+    pub fn requiring_controller(mut self, required: bool) -> Self {
+        self.requires_controller_plugin = required;
+        self
+    }
+
     /// Whether this fingerprint describes a controller instance.
     pub fn is_controller(&self) -> bool {
         self.controller_info.is_some()

@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Fingerprints, Id};
+use std::sync::Arc;
+
+use super::{CsiInfo, Fingerprints, Id};
 
 /// The lifecycle status of a client node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -58,13 +60,37 @@ impl Node {
             modify_index: 0,
         }
     }
+
+    /// Files a CSI plugin fingerprint where its halves say: in
+    /// `csi_controller_plugins` if it has a controller half, in `csi_node_plugins` if
+    /// it has a node half (both for a monolith), under its plugin id, replacing what
+    /// was there. A fingerprint with neither half is filed nowhere. Returns the node,
+    /// for chaining.
+    ///
+    /// ```
+    /// use schedstate::model::{CsiInfo, CsiNodeInfo, Node};
+    ///
+    /// let mut node = Node::new("node-1", "client-1");
+    /// node.add_csi_plugin(CsiInfo::node_instance("nfs", "alloc-1", CsiNodeInfo::default()));
+    /// assert!(node.csi_node_plugins.contains_key("nfs"));
+    /// assert!(node.csi_controller_plugins.is_empty());
+    /// ```
+    pub fn add_csi_plugin(&mut self, info: CsiInfo) -> &mut Self {
+        let info = Arc::new(info);
+        if info.is_controller() {
+            self.csi_controller_plugins
+                .insert(info.plugin_id.clone(), Arc::clone(&info));
+        }
+        if info.is_node() {
+            self.csi_node_plugins
+                .insert(info.plugin_id.clone(), Arc::clone(&info));
+        }
+        self
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use super::super::CsiInfo;
     use super::*;
 
     #[test]

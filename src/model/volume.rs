@@ -15,13 +15,13 @@ pub enum CsiVolumeAccessMode {
     Unknown,
     /// Readers on one node only, no writers.
     #[serde(rename = "single-node-reader-only")]
-    SingleNodeReader,
+    SingleNodeReaderOnly,
     /// One node, which may write.
     #[serde(rename = "single-node-writer")]
     SingleNodeWriter,
     /// Readers on many nodes, no writers.
     #[serde(rename = "multi-node-reader-only")]
-    MultiNodeReader,
+    MultiNodeReaderOnly,
     /// Readers on many nodes and at most one writer.
     #[serde(rename = "multi-node-single-writer")]
     MultiNodeSingleWriter,
@@ -43,8 +43,8 @@ impl CsiVolumeAccessMode {
     /// write claims, has room for one more read claim.
     pub fn read_claim_free(self, readers: usize, writers: usize) -> bool {
         match self {
-            Self::SingleNodeReader | Self::SingleNodeWriter => readers == 0 && writers == 0,
-            Self::MultiNodeReader
+            Self::SingleNodeReaderOnly | Self::SingleNodeWriter => readers == 0 && writers == 0,
+            Self::MultiNodeReaderOnly
             | Self::MultiNodeSingleWriter
             | Self::MultiNodeMultiWriter
             | Self::Unknown => true,
@@ -55,7 +55,7 @@ impl CsiVolumeAccessMode {
     /// for one more write claim.
     pub fn write_claim_free(self, writers: usize) -> bool {
         match self {
-            Self::SingleNodeReader | Self::MultiNodeReader => false,
+            Self::SingleNodeReaderOnly | Self::MultiNodeReaderOnly => false,
             Self::SingleNodeWriter | Self::MultiNodeSingleWriter => writers == 0,
             Self::MultiNodeMultiWriter | Self::Unknown => true,
         }
@@ -320,15 +320,15 @@ mod tests {
 
     /// (mode, readers, writers, read free, write free) — SPEC §2 "Free claims by access mode".
     const TABLE: &[(M, usize, usize, bool, bool)] = &[
-        (M::SingleNodeReader, 0, 0, true, false),
-        (M::SingleNodeReader, 1, 0, false, false),
-        (M::SingleNodeReader, 0, 1, false, false),
+        (M::SingleNodeReaderOnly, 0, 0, true, false),
+        (M::SingleNodeReaderOnly, 1, 0, false, false),
+        (M::SingleNodeReaderOnly, 0, 1, false, false),
         (M::SingleNodeWriter, 0, 0, true, true),
         (M::SingleNodeWriter, 1, 0, false, true),
         (M::SingleNodeWriter, 0, 1, false, false),
-        (M::MultiNodeReader, 0, 0, true, false),
-        (M::MultiNodeReader, 3, 0, true, false),
-        (M::MultiNodeReader, 0, 1, true, false),
+        (M::MultiNodeReaderOnly, 0, 0, true, false),
+        (M::MultiNodeReaderOnly, 3, 0, true, false),
+        (M::MultiNodeReaderOnly, 0, 1, true, false),
         (M::MultiNodeSingleWriter, 0, 0, true, true),
         (M::MultiNodeSingleWriter, 3, 0, true, true),
         (M::MultiNodeSingleWriter, 2, 1, true, false),
@@ -356,9 +356,9 @@ mod tests {
         use serde::de::{IntoDeserializer, value::Error};
         let names = [
             (M::Unknown, "unknown", false),
-            (M::SingleNodeReader, "single-node-reader-only", false),
+            (M::SingleNodeReaderOnly, "single-node-reader-only", false),
             (M::SingleNodeWriter, "single-node-writer", true),
-            (M::MultiNodeReader, "multi-node-reader-only", false),
+            (M::MultiNodeReaderOnly, "multi-node-reader-only", false),
             (M::MultiNodeSingleWriter, "multi-node-single-writer", true),
             (M::MultiNodeMultiWriter, "multi-node-multi-writer", true),
         ];
@@ -391,14 +391,14 @@ mod tests {
         v.schedulable = true;
         assert!(v.read_schedulable() && v.write_schedulable());
         // A known read-only mode never writes, even if a capability could.
-        v.access_mode = M::MultiNodeReader;
+        v.access_mode = M::MultiNodeReaderOnly;
         v.requested_capabilities = vec![cap(M::MultiNodeMultiWriter)];
         assert!(v.read_schedulable() && !v.write_schedulable());
         // Unknown mode: decided by the requested capabilities.
         v.access_mode = M::Unknown;
         v.requested_capabilities = vec![];
         assert!(v.read_schedulable() && !v.write_schedulable());
-        v.requested_capabilities = vec![cap(M::SingleNodeReader), cap(M::MultiNodeReader)];
+        v.requested_capabilities = vec![cap(M::SingleNodeReaderOnly), cap(M::MultiNodeReaderOnly)];
         assert!(!v.write_schedulable());
         v.requested_capabilities.push(cap(M::SingleNodeWriter));
         assert!(v.write_schedulable());

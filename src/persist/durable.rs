@@ -15,14 +15,15 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::db::CommitInfo;
-use crate::state::{Command, StateSnapshot, StateStore};
+use crate::state::writes::typed_writes;
+use crate::state::{Command, Commit, StateReader, StateSnapshot, StateStore};
 
+use super::data_dir::snapshot_name;
 use super::error::{IoContext, PersistError, Result};
 use super::fsutil::{sync_dir, write_atomically};
 use super::lock::DirLock;
 pub use super::recover::{OpenReport, TornTail};
-use super::recover::{list, recover, snapshot_name};
+use super::recover::{list, recover};
 use super::snapshot::write_snapshot;
 use super::wal::{EncodedRecord, SEGMENT_HEADER_LEN, SegmentWriter};
 
@@ -102,7 +103,7 @@ struct GroupState {
 /// }
 /// let (db, report) = DurableStore::open(&dir, Options::default()).unwrap();
 /// assert_eq!(report.last_applied, 1);
-/// assert!(db.store().snapshot().view().node_by_id("n1").is_some());
+/// assert!(db.store().snapshot().view().node("n1").is_some());
 /// # drop(db);
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```
@@ -204,7 +205,20 @@ impl DurableStore {
         Ok((recovered.store, recovered.report))
     }
 
-    /// The in-memory store: reads, snapshots, watches and blocking queries.
+    /// The read side: snapshots and blocking queries, to hand to code that must not
+    /// write.
+    pub fn reader(&self) -> &StateReader {
+        self.inner.store.reader()
+    }
+
+    /// The current version, O(1).
+    pub fn snapshot(&self) -> StateSnapshot {
+        self.inner.store.snapshot()
+    }
+
+    /// The in-memory store underneath (feature `unstable-internals`): writes through
+    /// it skip the log.
+    #[cfg(feature = "unstable-internals")]
     pub fn store(&self) -> &StateStore {
         &self.inner.store
     }
@@ -220,7 +234,7 @@ impl DurableStore {
     /// # Errors
     /// The command's [`StateError`](crate::state::StateError), or an I/O error of the
     /// log (the write is then abandoned: not applied, not logged).
-    pub fn apply(&self, index: u64, command: &Command) -> Result<CommitInfo> {
+    pub fn apply(&self, index: u64, command: &Command) -> Result<Commit> {
         let mut logged_at = (0, 0);
         let info = self.inner.store.apply_with(index, command, || {
             self.log(&mut logged_at, |wal| wal.append(index, command))
@@ -236,7 +250,7 @@ impl DurableStore {
     ///
     /// # Errors
     /// As [`apply`](Self::apply).
-    pub fn apply_owned(&self, index: u64, command: Command) -> Result<CommitInfo> {
+    pub fn apply_owned(&self, index: u64, command: Command) -> Result<Commit> {
         let record = EncodedRecord::new(index, &command)?;
         let mut logged_at = (0, 0);
         let info = self.inner.store.apply_owned_with(index, command, || {
@@ -245,6 +259,8 @@ impl DurableStore {
         self.settle(logged_at)?;
         Ok(info)
     }
+
+    typed_writes!(PersistError);
 
     /// The `before_publish` hook of a write: appends its record (and fsyncs under
     /// `EveryCommit`), remembering where it ended for the group sync.

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::state::StateError;
+use crate::state::{InvariantViolation, StateError};
 
 /// Why opening, writing or reading durable state failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,13 @@ pub enum PersistError {
     #[error("{path}: not a data directory")]
     NotADirectory {
         /// The path.
+        path: PathBuf,
+    },
+    /// A data directory holds a file that is not the store's, so an operation on the
+    /// whole directory (restore, remove) refuses to touch it.
+    #[error("{path}: not a schedstate file; refusing to act on its directory")]
+    ForeignFile {
+        /// The file.
         path: PathBuf,
     },
     /// A file named like ours does not start with our magic bytes.
@@ -91,6 +98,15 @@ pub enum PersistError {
         /// Why it failed.
         #[source]
         source: Box<StateError>,
+    },
+    /// A snapshot decodes, but the state it holds breaks an invariant of the rules
+    /// (rows that no sequence of accepted writes produces); it was not installed.
+    #[error("{path}: {violation}")]
+    BrokenInvariant {
+        /// The snapshot file (or `<stream>`).
+        path: PathBuf,
+        /// The first invariant broken.
+        violation: InvariantViolation,
     },
     /// A command was refused by the state rules (nothing was logged or changed).
     #[error(transparent)]

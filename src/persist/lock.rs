@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 
 use super::error::{IoContext, PersistError, Result};
 
+/// The lock file's name in a data directory.
+pub(crate) const LOCK_FILE: &str = "LOCK";
+
 /// Holds the writer's lock on a data directory until dropped (an advisory `flock` on
 /// `DIR/LOCK`, released by the operating system if the process dies).
 #[derive(Debug)]
-pub struct DirLock {
+pub(crate) struct DirLock {
     _file: File,
     path: PathBuf,
 }
@@ -18,8 +21,8 @@ impl DirLock {
     ///
     /// # Errors
     /// [`PersistError::Locked`] if another process or handle holds it.
-    pub fn acquire(dir: &Path) -> Result<DirLock> {
-        let path = dir.join("LOCK");
+    pub(crate) fn acquire(dir: &Path) -> Result<DirLock> {
+        let path = dir.join(LOCK_FILE);
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -35,7 +38,7 @@ impl DirLock {
     }
 
     /// The lock file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -8,7 +8,11 @@
 //!   written before the command is visible.
 //! - [`DurableStore`]: open a data directory (snapshot + replay, torn-tail repair,
 //!   exclusive lock), apply commands durably, compact.
+//! - the data directory's files by name ([`list_files`], [`FileKind`]) and the offline
+//!   operations on a whole directory ([`save_snapshot`], [`restore_data_dir`],
+//!   [`remove_data_dir`]).
 
+mod data_dir;
 mod durable;
 mod error;
 mod fsutil;
@@ -17,8 +21,11 @@ mod recover;
 mod snapshot;
 mod wal;
 
+pub use data_dir::{
+    DirFile, FileKind, RestoreReport, list_files, load_snapshot_file, remove_data_dir,
+    restore_data_dir, save_snapshot,
+};
 pub use durable::{DurableStore, OpenReport, Options, SyncPolicy, TornTail};
 pub use error::{PersistError, Result};
-pub use lock::DirLock;
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
 pub use wal::{WAL_MAGIC, WAL_VERSION};

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 
 use crate::state::StateStore;
 
+use super::data_dir::FileKind;
 use super::error::{IoContext, PersistError, Result};
 use super::snapshot::read_snapshot;
-use super::wal::{parse_segment_name, scan_segment};
+use super::wal::scan_segment;
 
 /// A record cut short by a crash, removed when the store was opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,18 +39,6 @@ pub struct OpenReport {
     pub segments: Vec<PathBuf>,
 }
 
-/// The name of the snapshot taken at `index`.
-pub(crate) fn snapshot_name(index: u64) -> String {
-    format!("snapshot-{index:020}.snap")
-}
-
-fn parse_snapshot_name(name: &str) -> Option<u64> {
-    name.strip_prefix("snapshot-")?
-        .strip_suffix(".snap")?
-        .parse()
-        .ok()
-}
-
 /// The files of a data directory.
 #[derive(Debug, Default)]
 pub(crate) struct Listing {
@@ -66,12 +55,11 @@ pub(crate) fn list(dir: &Path) -> Result<Listing> {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if let Some(index) = parse_snapshot_name(&name) {
-            l.snapshots.push((index, path));
-        } else if let Some(seq) = parse_segment_name(&name) {
-            l.segments.push((seq, path));
-        } else if name.ends_with(".tmp") {
-            l.temporaries.push(path);
+        match FileKind::of(&name) {
+            FileKind::Snapshot { index } => l.snapshots.push((index, path)),
+            FileKind::LogSegment { seq } => l.segments.push((seq, path)),
+            FileKind::Temporary => l.temporaries.push(path),
+            _ => {}
         }
     }
     l.snapshots.sort();

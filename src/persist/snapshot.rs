@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
-use crate::state::{Restore, StateSnapshot, StateStore, names};
+use crate::state::{Restore, StateError, StateSnapshot, StateStore, Table};
 
 use super::error::{PersistError, Result};
 
@@ -92,17 +92,12 @@ pub(crate) fn write_snapshot<W: Write>(
     path: &Path,
 ) -> Result<u64> {
     let v = snap.view();
-    let tables = names::STATE
+    let tables = Table::ALL
         .iter()
-        .map(|name| TableHeader {
-            name: (*name).to_string(),
-            index: v.table_index(name),
-            rows: match *name {
-                names::NODES => v.raw().len(v.tables().nodes),
-                names::ALLOCS => v.raw().len(v.tables().allocs),
-                names::CSI_PLUGINS => v.raw().len(v.tables().plugins),
-                _ => v.raw().len(v.tables().volumes),
-            } as u64,
+        .map(|&table| TableHeader {
+            name: table.name().to_string(),
+            index: v.table_index(table),
+            rows: v.row_count(table) as u64,
         })
         .collect();
     let header = SnapshotHeader {
@@ -316,26 +311,27 @@ pub(crate) fn read_snapshot<R: Read>(
             reason: format!("header does not decode: {err}"),
         })?;
 
-    let mut seen: Vec<&str> = Vec::new();
+    let mut tables: Vec<(Table, &TableHeader)> = Vec::new();
     for table in &header.tables {
-        let known = names::STATE.contains(&table.name.as_str());
-        if !known || seen.contains(&table.name.as_str()) {
-            return Err(PersistError::Corrupt {
-                path: path.to_path_buf(),
-                offset: 16,
-                reason: format!("unexpected table {:?} in the header", table.name),
-            });
+        match Table::from_name(&table.name) {
+            Some(t) if !tables.iter().any(|(seen, _)| *seen == t) => tables.push((t, table)),
+            _ => {
+                return Err(PersistError::Corrupt {
+                    path: path.to_path_buf(),
+                    offset: 16,
+                    reason: format!("unexpected table {:?} in the header", table.name),
+                });
+            }
         }
-        seen.push(&table.name);
     }
 
     let body_start = i.offset;
     let mut restore = store.begin_restore(header.last_applied);
     let mut buf = Vec::new();
-    for table in &header.tables {
-        restore.table_index(&table.name, table.index);
-        for _ in 0..table.rows {
-            read_row(&mut i, &mut restore, &table.name, &mut buf)?;
+    for (table, th) in &tables {
+        restore.table_index(*table, th.index);
+        for _ in 0..th.rows {
+            read_row(&mut i, &mut restore, *table, &mut buf)?;
         }
     }
     i.check_crc("body", body_start)?;
@@ -350,22 +346,27 @@ pub(crate) fn read_snapshot<R: Read>(
             });
         }
     }
-    restore.commit()?;
+    restore.commit().map_err(|e| match e {
+        StateError::BrokenInvariant(violation) => PersistError::BrokenInvariant {
+            path: path.to_path_buf(),
+            violation,
+        },
+        other => PersistError::State(other),
+    })?;
     Ok(header)
 }
 
 fn read_row<R: Read>(
     i: &mut Input<'_, R>,
     restore: &mut Restore,
-    table: &str,
+    table: Table,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
     match table {
-        names::NODES => restore.node(i.row::<Node>(buf)?)?,
-        names::ALLOCS => restore.alloc(i.row::<Allocation>(buf)?)?,
-        names::CSI_PLUGINS => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
-        names::CSI_VOLUMES => restore.volume(i.row::<CsiVolume>(buf)?)?,
-        other => return Err(i.corrupt(format!("unknown table {other:?} in the header"))),
+        Table::Nodes => restore.node(i.row::<Node>(buf)?)?,
+        Table::Allocs => restore.alloc(i.row::<Allocation>(buf)?)?,
+        Table::CsiPlugins => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
+        Table::CsiVolumes => restore.volume(i.row::<CsiVolume>(buf)?)?,
     }
     Ok(())
 }
@@ -394,8 +395,13 @@ impl StateStore {
     }
 
     /// Replaces the whole state with the snapshot read from `input`, after checking
-    /// it entirely; every watch fires (the old state is abandoned). On error the store
-    /// is unchanged.
+    /// it entirely — format, checksums, and every invariant of the state it holds;
+    /// every watch fires (the old state is abandoned). On error the store is unchanged.
+    ///
+    /// This is how a replica installs a snapshot sent by its leader. A
+    /// [`DurableStore`](super::DurableStore) has no such method: its state changes only
+    /// through its log (`schedstate snapshot restore` replaces a data directory's files
+    /// offline).
     ///
     /// # Errors
     /// A [`PersistError`] naming what is wrong and where.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::db::Key;
+use crate::engine::Key;
 use crate::model::{Allocation, Id};
 
 use super::error::{Result, StateError};

@@ -9,6 +9,7 @@ use crate::model::{
 };
 
 use super::read::StateView;
+use super::table::Table;
 use super::tables::{InstanceKind, PluginInstance, names};
 
 /// The first invariant a state breaks, and how.
@@ -29,7 +30,7 @@ impl StateView<'_> {
     /// Checks every invariant of the state (see `ARCHITECTURE.md`); returns the first
     /// one broken. O(rows). The invariants, by the name a violation carries:
     /// - `secondary-indexes`: every index agrees with its rows (engine
-    ///   [`verify_indexes`](crate::db::View::verify_indexes));
+    ///   [`verify_indexes`](crate::engine::View::verify_indexes));
     /// - `latest-index`, `row-indexes`, `derived-table-index`: `create_index ≤
     ///   modify_index ≤ table_index(T) ≤ latest_index() ≤ last_applied`, and the derived
     ///   instance table never ahead of the plugins table;
@@ -37,9 +38,11 @@ impl StateView<'_> {
     /// - `entry-names-its-plugin`, `entries-on-existing-nodes`,
     ///   `entries-follow-fingerprints`: each plugin entry is on an existing node that
     ///   lists the plugin in the map of that kind;
-    /// - `entries-match-fingerprints`, `fingerprints-reach-plugins`: conversely, an entry
-    ///   is the node's last report of that kind, and a healthy report has its entry
-    ///   unless the allocation running it was stopped;
+    /// - `fingerprints-match-maps`, `entries-match-fingerprints`,
+    ///   `fingerprints-reach-plugins`: conversely, a node's fingerprint carries the half
+    ///   of the map it is filed in, an entry is the node's report in the map of its
+    ///   kind, and a healthy report has its entry unless the allocation running it was
+    ///   stopped;
     /// - `instances-mirror-plugins`: the derived instance rows are exactly the entries;
     /// - `claim-sides-disjoint`, `claims-match-allocs`, `claims-filed-by-alloc`,
     ///   `current-claims-taken`, `claims-within-access-mode`, `unclaimed-modes-unknown`:
@@ -48,13 +51,13 @@ impl StateView<'_> {
     /// # Errors
     /// The broken invariant.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
-        self.raw()
+        self.view
             .verify_indexes()
-            .map_err(|detail| broken("secondary-indexes", detail))?;
+            .map_err(|e| broken("secondary-indexes", e.to_string()))?;
         self.check_indexes_order()?;
         let mut instances: BTreeSet<(String, InstanceKind, String, String)> = self
-            .raw()
-            .iter(self.tables().instances)
+            .view
+            .iter(self.t.instances)
             .map(|i: std::sync::Arc<PluginInstance>| {
                 (
                     i.node_id.to_string(),
@@ -93,7 +96,7 @@ impl StateView<'_> {
                 ),
             ));
         }
-        let rows = |table: &'static str, rows: Vec<(String, u64, u64)>| {
+        let rows = |table: Table, rows: Vec<(String, u64, u64)>| {
             let t = self.table_index(table);
             for (id, create, modify) in rows {
                 if !(create <= modify && modify <= t) {
@@ -106,8 +109,8 @@ impl StateView<'_> {
             Ok(())
         };
         let (instances, plugins) = (
-            self.table_index(names::CSI_PLUGIN_INSTANCES),
-            self.table_index(names::CSI_PLUGINS),
+            self.table_index_by_name(names::CSI_PLUGIN_INSTANCES),
+            self.table_index(Table::CsiPlugins),
         );
         if instances > plugins {
             // Every instance row change comes with a change of its plugin's entry.
@@ -117,25 +120,25 @@ impl StateView<'_> {
             ));
         }
         rows(
-            names::NODES,
+            Table::Nodes,
             self.nodes()
                 .map(|n| (n.id.to_string(), n.create_index, n.modify_index))
                 .collect(),
         )?;
         rows(
-            names::ALLOCS,
+            Table::Allocs,
             self.allocs()
                 .map(|a| (a.id.to_string(), a.create_index, a.modify_index))
                 .collect(),
         )?;
         rows(
-            names::CSI_PLUGINS,
+            Table::CsiPlugins,
             self.csi_plugins()
                 .map(|p| (p.id.to_string(), p.create_index, p.modify_index))
                 .collect(),
         )?;
         rows(
-            names::CSI_VOLUMES,
+            Table::CsiVolumes,
             self.csi_volumes()
                 .map(|v| {
                     (
@@ -184,7 +187,7 @@ impl StateView<'_> {
                         format!("plugin {} holds an entry of {}", p.id, info.plugin_id),
                     ));
                 }
-                let node = self.node_by_id(node_id).ok_or_else(|| {
+                let node = self.node(node_id).ok_or_else(|| {
                     broken(
                         "entries-on-existing-nodes",
                         format!(
@@ -229,48 +232,46 @@ impl StateView<'_> {
 
 impl StateView<'_> {
     /// The converse of "entries follow fingerprints": what a node reports is what its
-    /// plugins hold. For each plugin a node lists in one of its maps, the fingerprints
-    /// of that plugin carrying that kind's half are applied in turn (controller map,
-    /// then node map), so an entry present is the last of them; and if one of them is
-    /// healthy the entry is present, unless the allocation running it (so, a non-empty
-    /// alloc id) was stopped since.
+    /// plugins hold. Each fingerprint in a node's map of one kind carries that kind's
+    /// half and is applied as the instance of that kind, so an entry present is that
+    /// fingerprint; and if it is healthy the entry is present, unless the allocation
+    /// running it (so, a non-empty alloc id) was stopped since.
     fn check_fingerprints(&self, node: &Node) -> Result<(), InvariantViolation> {
         let maps = [
             (InstanceKind::Controller, &node.csi_controller_plugins),
             (InstanceKind::Node, &node.csi_node_plugins),
         ];
         for (kind, listed) in maps {
-            for plugin_id in listed.keys() {
-                let reports: Vec<_> = [
-                    node.csi_controller_plugins.get(plugin_id),
-                    node.csi_node_plugins.get(plugin_id),
-                ]
-                .into_iter()
-                .flatten()
-                .filter(|i| match kind {
-                    InstanceKind::Controller => i.is_controller(),
-                    InstanceKind::Node => i.is_node(),
-                })
-                .collect();
-                let Some(last) = reports.last() else {
-                    continue;
+            for (plugin_id, info) in listed.iter() {
+                let has_half = match kind {
+                    InstanceKind::Controller => info.is_controller(),
+                    InstanceKind::Node => info.is_node(),
                 };
-                let plugin = self.csi_plugin_by_id(plugin_id);
+                if !has_half {
+                    return Err(broken(
+                        "fingerprints-match-maps",
+                        format!(
+                            "node {} files plugin {plugin_id} in its {kind:?} map without that half",
+                            node.id
+                        ),
+                    ));
+                }
+                let plugin = self.csi_plugin(plugin_id);
                 let entry = plugin.as_ref().and_then(|p| match kind {
                     InstanceKind::Controller => p.controllers.get(&node.id),
                     InstanceKind::Node => p.nodes.get(&node.id),
                 });
                 match entry {
-                    Some(e) if **e != ***last => {
+                    Some(e) if **e != **info => {
                         return Err(broken(
                             "entries-match-fingerprints",
                             format!(
-                                "plugin {plugin_id} {kind:?} entry on {} is not the node's last report",
+                                "plugin {plugin_id} {kind:?} entry on {} is not the node's report",
                                 node.id
                             ),
                         ));
                     }
-                    None if last.alloc_id.is_empty() && reports.iter().any(|i| i.healthy) => {
+                    None if info.alloc_id.is_empty() && info.healthy => {
                         return Err(broken(
                             "fingerprints-reach-plugins",
                             format!(
@@ -338,9 +339,9 @@ fn check_volume(v: &CsiVolume) -> Result<(), InvariantViolation> {
     check_claim_map(&id, &v.past_claims, None)?;
     let (readers, writers) = (v.read_allocs.len(), v.write_allocs.len());
     let within = match v.access_mode {
-        CsiVolumeAccessMode::SingleNodeReader => readers <= 1 && writers == 0,
+        CsiVolumeAccessMode::SingleNodeReaderOnly => readers <= 1 && writers == 0,
         CsiVolumeAccessMode::SingleNodeWriter => readers <= 1 && writers <= 1,
-        CsiVolumeAccessMode::MultiNodeReader => writers == 0,
+        CsiVolumeAccessMode::MultiNodeReaderOnly => writers == 0,
         CsiVolumeAccessMode::MultiNodeSingleWriter => writers <= 1,
         CsiVolumeAccessMode::MultiNodeMultiWriter | CsiVolumeAccessMode::Unknown => true,
     };

@@ -8,12 +8,12 @@ use crate::model::{
     CsiVolumeClaimState,
 };
 
-use super::command::VolumeClaimRequest;
+use super::command::CsiVolumeClaimRequest;
 use super::error::{Result, StateError};
 use super::writer::Writer;
 
 /// Applies a batch of claims in order; any failure rejects the whole batch.
-pub(crate) fn claim_volumes(w: &mut Writer, claims: &[VolumeClaimRequest]) -> Result<()> {
+pub(crate) fn claim_volumes(w: &mut Writer, claims: &[CsiVolumeClaimRequest]) -> Result<()> {
     if claims.is_empty() {
         return Err(StateError::EmptyRequest {
             what: "claim volumes",
@@ -25,22 +25,22 @@ pub(crate) fn claim_volumes(w: &mut Writer, claims: &[VolumeClaimRequest]) -> Re
     Ok(())
 }
 
-fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
-    let VolumeClaimRequest {
+fn claim(w: &mut Writer, req: &CsiVolumeClaimRequest) -> Result<()> {
+    let CsiVolumeClaimRequest {
         namespace,
         volume_id,
         claim,
     } = req;
-    let stored = w
-        .view()
-        .csi_volume_stored(namespace, volume_id)
-        .ok_or_else(|| StateError::VolumeNotFound {
-            namespace: namespace.clone(),
-            id: volume_id.clone(),
-        })?;
+    let stored =
+        w.view()
+            .csi_volume(namespace, volume_id)
+            .ok_or_else(|| StateError::VolumeNotFound {
+                namespace: namespace.clone(),
+                id: volume_id.clone(),
+            })?;
     // Decisions are taken on the denormalized copy: plugin health and repaired past
     // claims included.
-    let mut v = w.view().csi_volume_denormalize(&stored);
+    let mut v = w.view().denormalize_csi_volume(&stored);
     let alloc_id = &claim.alloc_id;
     if alloc_id.is_empty() {
         // A garbage-collection claim: only persists the repaired past claims, and
@@ -79,7 +79,7 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
     if holding {
         return Ok(());
     }
-    if w.view().alloc_by_id(alloc_id).is_none() {
+    if w.view().alloc(alloc_id).is_none() {
         return Err(StateError::AllocNotFound(alloc_id.clone()));
     }
     if v.attachment_mode != CsiVolumeAttachmentMode::Unknown
@@ -166,9 +166,9 @@ fn claim(w: &mut Writer, req: &VolumeClaimRequest) -> Result<()> {
 /// Whether a volume in `mode` may hold `readers` read and `writers` write claims.
 fn holds_within(mode: CsiVolumeAccessMode, readers: usize, writers: usize) -> bool {
     match mode {
-        CsiVolumeAccessMode::SingleNodeReader => readers <= 1 && writers == 0,
+        CsiVolumeAccessMode::SingleNodeReaderOnly => readers <= 1 && writers == 0,
         CsiVolumeAccessMode::SingleNodeWriter => readers <= 1 && writers <= 1,
-        CsiVolumeAccessMode::MultiNodeReader => writers == 0,
+        CsiVolumeAccessMode::MultiNodeReaderOnly => writers == 0,
         CsiVolumeAccessMode::MultiNodeSingleWriter => writers <= 1,
         CsiVolumeAccessMode::MultiNodeMultiWriter | CsiVolumeAccessMode::Unknown => true,
     }

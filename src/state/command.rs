@@ -53,12 +53,12 @@ pub enum Command {
         ids: Vec<Id>,
     },
     /// Register (or update the user fields of) volumes. Atomic.
-    RegisterVolumes {
+    RegisterCsiVolumes {
         /// The volumes.
         volumes: Vec<CsiVolume>,
     },
     /// Deregister volumes of one namespace. Atomic.
-    DeregisterVolumes {
+    DeregisterCsiVolumes {
         /// The namespace.
         namespace: Id,
         /// The volume ids (exact).
@@ -67,9 +67,9 @@ pub enum Command {
         force: bool,
     },
     /// Claim or release volumes. Atomic.
-    ClaimVolumes {
+    ClaimCsiVolumes {
         /// The claims, applied in order.
-        claims: Vec<VolumeClaimRequest>,
+        claims: Vec<CsiVolumeClaimRequest>,
     },
     /// Insert or replace many nodes in one write, each exactly as
     /// [`UpsertNode`](Command::UpsertNode) would, in order; atomic (one bad node fails
@@ -83,9 +83,9 @@ pub enum Command {
     },
 }
 
-/// One claim of a [`Command::ClaimVolumes`] batch.
+/// One claim of a [`Command::ClaimCsiVolumes`] batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VolumeClaimRequest {
+pub struct CsiVolumeClaimRequest {
     /// The volume's namespace.
     pub namespace: Id,
     /// The volume id.
@@ -105,9 +105,9 @@ impl Command {
             Command::UpdateNodeEligibility { .. } => "update_node_eligibility",
             Command::UpsertAllocs { .. } => "upsert_allocs",
             Command::DeleteAllocs { .. } => "delete_allocs",
-            Command::RegisterVolumes { .. } => "register_volumes",
-            Command::DeregisterVolumes { .. } => "deregister_volumes",
-            Command::ClaimVolumes { .. } => "claim_volumes",
+            Command::RegisterCsiVolumes { .. } => "register_volumes",
+            Command::DeregisterCsiVolumes { .. } => "deregister_volumes",
+            Command::ClaimCsiVolumes { .. } => "claim_volumes",
             Command::UpsertNodes { .. } => "upsert_nodes",
         }
     }

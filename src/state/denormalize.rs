@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 
-use crate::db::Key;
+use crate::engine::Key;
 use crate::model::{
     AllocListStub, Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
     CsiVolumeClaimState,
@@ -15,7 +15,7 @@ impl StateView<'_> {
     /// A copy of `plugin` whose `allocations` holds the stubs of the distinct alloc ids
     /// of its controller and node instances, newest (by modify index) first. Missing
     /// allocs and empty alloc ids are skipped.
-    pub fn csi_plugin_denormalize(&self, plugin: &CsiPlugin) -> CsiPlugin {
+    pub fn denormalize_csi_plugin(&self, plugin: &CsiPlugin) -> CsiPlugin {
         // The alloc ids as encoded keys, sorted and deduplicated: sorting contiguous
         // keys is cheaper than comparing scattered strings, and lookups in key order
         // walk the allocs table from left to right, each sharing most of its path with
@@ -45,9 +45,9 @@ impl StateView<'_> {
     /// A copy of `volume` with its plugin's provider, version, controller requirement,
     /// health counts and schedulability filled in, and its past claims repaired
     /// (SPEC §3).
-    pub fn csi_volume_denormalize(&self, volume: &CsiVolume) -> CsiVolume {
+    pub fn denormalize_csi_volume(&self, volume: &CsiVolume) -> CsiVolume {
         let mut v = volume.clone();
-        match self.csi_plugin_by_id(&v.plugin_id) {
+        match self.csi_plugin(&v.plugin_id) {
             Some(p) => {
                 v.provider.clone_from(&p.provider);
                 v.provider_version.clone_from(&p.version);
@@ -82,7 +82,7 @@ impl StateView<'_> {
                 if v.past_claims.contains_key(alloc_id) {
                     continue;
                 }
-                let alloc = self.alloc_by_id(alloc_id);
+                let alloc = self.alloc(alloc_id);
                 if alloc.as_ref().is_some_and(|a| !a.client_terminal()) {
                     continue;
                 }

@@ -1,16 +1,30 @@
 //! Errors of the state layer: every rejected write names what was wrong, and leaves
 //! the store exactly as it was.
 
-use crate::db;
+use crate::engine;
+
+use super::check::InvariantViolation;
+use super::tables::InstanceKind;
 use crate::model::{CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeClaimMode, Id};
 
 /// Why a write was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
-    /// The engine refused (for example a log index not greater than the last applied).
-    #[error(transparent)]
-    Db(#[from] db::Error),
+    /// A write at a log index not greater than the last applied one.
+    #[error("log index {index} is not greater than the last applied index {last_applied}")]
+    StaleIndex {
+        /// The index the write asked for.
+        index: u64,
+        /// The last index the store applied.
+        last_applied: u64,
+    },
+    /// The state a restore would install breaks an invariant; nothing was installed.
+    #[error("the restored state breaks an invariant: {0}")]
+    BrokenInvariant(#[from] InvariantViolation),
+    /// The engine underneath failed in a way no input should cause (a bug).
+    #[error("engine error: {0}")]
+    Engine(engine::Error),
     /// A request that must name at least one thing named none.
     #[error("{what}: the request names no ids")]
     EmptyRequest {
@@ -24,6 +38,28 @@ pub enum StateError {
         what: &'static str,
         /// The empty field.
         field: &'static str,
+    },
+    /// A node fingerprint's halves do not match the maps it is filed in: an entry of
+    /// the controller map without a controller half (or of the node map without a
+    /// node half), or a fingerprint carrying a half of a kind whose map has no entry
+    /// for the plugin. ([`Node::add_csi_plugin`](crate::model::Node::add_csi_plugin)
+    /// files fingerprints where their halves say.)
+    #[error(
+        "node {node_id:?}: the fingerprint of plugin {plugin_id:?} in its {filed_in:?} map {}",
+        halves_problem(*half, *carried)
+    )]
+    FingerprintHalves {
+        /// The node.
+        node_id: Id,
+        /// The plugin.
+        plugin_id: Id,
+        /// The map the offending entry is filed in.
+        filed_in: InstanceKind,
+        /// The half that does not match.
+        half: InstanceKind,
+        /// Whether the fingerprint carries that half (then the map of that kind lacks
+        /// the plugin), or lacks it (then it is filed in the map of that kind).
+        carried: bool,
     },
     /// A node fingerprint is filed under a plugin id other than its own (or none).
     #[error("node {node_id:?}: fingerprint filed under {key:?} names plugin {plugin_id:?}")]
@@ -122,3 +158,31 @@ pub enum StateError {
 
 /// Shorthand for results of the state layer.
 pub type Result<T, E = StateError> = std::result::Result<T, E>;
+
+impl From<engine::Error> for StateError {
+    fn from(e: engine::Error) -> Self {
+        match e {
+            engine::Error::StaleIndex {
+                index,
+                last_applied,
+            } => StateError::StaleIndex {
+                index,
+                last_applied,
+            },
+            other => StateError::Engine(other),
+        }
+    }
+}
+
+fn halves_problem(half: InstanceKind, carried: bool) -> &'static str {
+    match (half, carried) {
+        (InstanceKind::Controller, true) => {
+            "has a controller half, but the node lists no controller instance of the plugin"
+        }
+        (InstanceKind::Controller, false) => "has no controller half",
+        (InstanceKind::Node, true) => {
+            "has a node half, but the node lists no node instance of the plugin"
+        }
+        (InstanceKind::Node, false) => "has no node half",
+    }
+}

@@ -1,22 +1,27 @@
-//! The scheduler's state on the engine: the CSI rules of SPEC.md as commands,
+//! The scheduler's state on the engine: the CSI rules (`docs/rules.md`) as commands,
 //! queries, denormalization and blocking queries.
 //!
 //! - [`Command`] is every write; [`StateStore::apply`] applies one at a log index, in
-//!   one engine transaction (all or nothing). The typed methods (`upsert_node`, …)
-//!   build a command and apply it.
-//! - [`StateView`] holds every read; [`StateSnapshot`] is one O(1) version to read.
+//!   one engine transaction (all or nothing), and returns a [`Commit`]. The typed
+//!   methods (`upsert_node`, …) build a command and apply it.
+//! - [`StateView`] holds every read; [`StateSnapshot`] is one O(1) version to read;
+//!   [`StateReader`] takes snapshots and runs blocking queries.
 //! - Plugins are derived from node fingerprints and kept in step by allocation writes;
-//!   a derived table of plugin instances ([`PluginInstance`]) makes "the plugins on
-//!   node n" and "the instances of alloc a" index lookups.
+//!   a derived table of plugin instances makes "the plugins on node n" and "the
+//!   instances of alloc a" index lookups.
 //!
-//! Decisions where SPEC.md is silent:
+//! Decisions where the rules are silent (all of them are in `docs/rules.md`):
 //! - A fingerprint equal to the stored instance (equality ignores `update_time`)
 //!   rewrites nothing: the plugin keeps its `modify_index` and no watch fires, so
 //!   client heartbeats do not churn blocking queries.
 //! - A node's fingerprint must be filed under its own plugin id; otherwise the upsert
 //!   is rejected ([`StateError::FingerprintMismatch`]).
-//! - Which map a fingerprint is applied to follows its halves (`controller_info`,
-//!   `node_info`), as in Nomad; the removal sweep follows the node's two maps.
+//! - A fingerprint's halves must match the maps it is filed in: an entry of the
+//!   controller map has a controller half, an entry of the node map a node half, and a
+//!   fingerprint carrying both halves is filed in both maps; otherwise the upsert is
+//!   rejected ([`StateError::FingerprintHalves`]). Each map's entry is applied as the
+//!   instance of that map's kind ([`Node::add_csi_plugin`](crate::model::Node::add_csi_plugin)
+//!   files a fingerprint where its halves say).
 //! - Writes that change nothing (status already set, volume registered with the same
 //!   fields, a re-claim) leave rows and table indexes alone but still move the last
 //!   applied index.
@@ -37,20 +42,31 @@ mod allocs;
 mod check;
 mod claims;
 mod command;
+mod commit;
 mod denormalize;
 mod error;
 mod nodes;
 mod read;
+mod reader;
 mod restore;
+mod snapshot;
 mod store;
+mod table;
 mod tables;
 mod volumes;
 mod writer;
+pub(crate) mod writes;
 
 pub use check::InvariantViolation;
-pub use command::{Command, VolumeClaimRequest};
+pub use command::{Command, CsiVolumeClaimRequest};
+pub use commit::{Commit, Row, RowChange};
 pub use error::{Result, StateError};
 pub use read::StateView;
-pub use restore::Restore;
-pub use store::{StateSnapshot, StateStore};
-pub use tables::{InstanceKind, PluginInstance, Tables, names, volume_key};
+pub use reader::StateReader;
+pub(crate) use restore::Restore;
+pub use snapshot::StateSnapshot;
+pub use store::StateStore;
+pub use table::{Table, UnknownTable};
+pub use tables::InstanceKind;
+#[cfg(feature = "unstable-internals")]
+pub use tables::{PluginInstance, Tables};

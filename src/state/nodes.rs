@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::db::Key;
+use crate::engine::Key;
 use crate::model::{Id, Node, NodeStatus};
 
 use super::error::{Result, StateError};
@@ -36,19 +36,7 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
             field: "id",
         });
     }
-    for (key, info) in node
-        .csi_controller_plugins
-        .iter()
-        .chain(&node.csi_node_plugins)
-    {
-        if key.is_empty() || *key != info.plugin_id {
-            return Err(StateError::FingerprintMismatch {
-                node_id: node.id.clone(),
-                key: key.clone(),
-                plugin_id: info.plugin_id.clone(),
-            });
-        }
-    }
+    check_fingerprints(&node)?;
     // Borrowed: only the create index is needed, not a counted reference.
     let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
     node.create_index = existing.map_or(w.index, |n| n.create_index);
@@ -57,10 +45,10 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
     w.txn.insert(w.t.nodes, Arc::clone(&node))?;
 
     for info in node.csi_controller_plugins.values() {
-        w.apply_fingerprint(&node.id, info)?;
+        w.apply_fingerprint(&node.id, InstanceKind::Controller, info)?;
     }
     for info in node.csi_node_plugins.values() {
-        w.apply_fingerprint(&node.id, info)?;
+        w.apply_fingerprint(&node.id, InstanceKind::Node, info)?;
     }
     // The removal sweep, per kind: instances this node no longer reports.
     for inst in w.instances_on_node(&node.id) {
@@ -75,6 +63,60 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
     Ok(())
 }
 
+/// Refuses fingerprints filed under another plugin id, or whose halves do not match
+/// the maps they are filed in: an entry of the controller map needs a controller half,
+/// an entry of the node map a node half, and a half the fingerprint carries needs an
+/// entry for its plugin in the map of that kind.
+fn check_fingerprints(node: &Node) -> Result<()> {
+    let maps = [
+        (InstanceKind::Controller, &node.csi_controller_plugins),
+        (InstanceKind::Node, &node.csi_node_plugins),
+    ];
+    for (key, info) in maps.iter().flat_map(|(_, map)| map.iter()) {
+        if key.is_empty() || *key != info.plugin_id {
+            return Err(StateError::FingerprintMismatch {
+                node_id: node.id.clone(),
+                key: key.clone(),
+                plugin_id: info.plugin_id.clone(),
+            });
+        }
+    }
+    for (kind, map) in maps {
+        for (key, info) in map.iter() {
+            // Its own map's half first (the more telling error), then the other.
+            let other = match kind {
+                InstanceKind::Controller => InstanceKind::Node,
+                InstanceKind::Node => InstanceKind::Controller,
+            };
+            let carries = |half| match half {
+                InstanceKind::Controller => info.is_controller(),
+                InstanceKind::Node => info.is_node(),
+            };
+            let other_map = match other {
+                InstanceKind::Controller => &node.csi_controller_plugins,
+                InstanceKind::Node => &node.csi_node_plugins,
+            };
+            let problem = if !carries(kind) {
+                Some((kind, false))
+            } else if carries(other) && !other_map.contains_key(key) {
+                Some((other, true))
+            } else {
+                None
+            };
+            if let Some((half, carried)) = problem {
+                return Err(StateError::FingerprintHalves {
+                    node_id: node.id.clone(),
+                    plugin_id: key.clone(),
+                    filed_in: kind,
+                    half,
+                    carried,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Deletes nodes and every plugin instance on them (SPEC §2 "Delete nodes").
 pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
     if ids.is_empty() {
@@ -83,7 +125,7 @@ pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
         });
     }
     for id in ids {
-        if w.view().node_by_id(id).is_none() {
+        if w.view().node(id).is_none() {
             return Err(StateError::NodeNotFound(id.clone()));
         }
     }
@@ -100,7 +142,7 @@ pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
 
 /// Replaces a node with `change` applied, if that changes it. Never touches plugins.
 fn update_node(w: &mut Writer, id: &Id, change: impl FnOnce(&mut Node)) -> Result<()> {
-    let Some(stored) = w.view().node_by_id(id) else {
+    let Some(stored) = w.view().node(id) else {
         return Err(StateError::NodeNotFound(id.clone()));
     };
     let mut node = (*stored).clone();

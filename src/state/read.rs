@@ -3,16 +3,22 @@
 //! Every lookup by id is exact; prefix searches are separate calls. A view made from
 //! [`StateSnapshot::watched`](super::StateSnapshot::watched) records what each call
 //! read, so a blocking query wakes only when that changes.
+//!
+//! Names follow one scheme: a read named after a row kind (`node`, `csi_plugin`,
+//! `csi_volume`) returns the stored row, shared (`Arc<T>`); `…_denormalized` returns
+//! a new value with the fields derived from other tables filled in;
+//! `denormalize_…` fills them in for a row already in hand.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::db::{Key, KeyBuilder, Rows, View};
+use crate::engine::{Key, KeyBuilder, Rows, View};
 use crate::model::{Allocation, ClientStatus, CsiPlugin, CsiVolume, DesiredStatus, Node};
 
-use super::tables::{Tables, names, volume_key};
+use super::table::Table;
+use super::tables::{Tables, volume_key};
 
-/// Typed reads of one version of the state.
+/// Typed reads of one version of the state (from a [`StateSnapshot`](super::StateSnapshot)).
 #[derive(Clone, Copy)]
 pub struct StateView<'a> {
     pub(crate) view: View<'a>,
@@ -24,18 +30,20 @@ impl<'a> StateView<'a> {
         StateView { view, t }
     }
 
-    /// The engine view underneath, for reads this type does not offer.
+    /// The engine view underneath (feature `unstable-internals`).
+    #[cfg(feature = "unstable-internals")]
     pub fn raw(&self) -> View<'a> {
         self.view
     }
 
-    /// The table handles.
+    /// The table handles (feature `unstable-internals`).
+    #[cfg(feature = "unstable-internals")]
     pub fn tables(&self) -> Tables {
         self.t
     }
 
     /// The node with exactly this id.
-    pub fn node_by_id(&self, id: &str) -> Option<Arc<Node>> {
+    pub fn node(&self, id: &str) -> Option<Arc<Node>> {
         self.view.get(self.t.nodes, &Key::str(id))
     }
 
@@ -45,7 +53,7 @@ impl<'a> StateView<'a> {
     }
 
     /// The allocation with exactly this id.
-    pub fn alloc_by_id(&self, id: &str) -> Option<Arc<Allocation>> {
+    pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
         self.view.get(self.t.allocs, &Key::str(id))
     }
 
@@ -72,9 +80,17 @@ impl<'a> StateView<'a> {
     }
 
     /// The plugin with exactly this id, as stored (its `allocations` are empty; see
-    /// [`csi_plugin_denormalize`](Self::csi_plugin_denormalize)).
-    pub fn csi_plugin_by_id(&self, id: &str) -> Option<Arc<CsiPlugin>> {
+    /// [`csi_plugin_denormalized`](Self::csi_plugin_denormalized)).
+    pub fn csi_plugin(&self, id: &str) -> Option<Arc<CsiPlugin>> {
         self.view.get(self.t.plugins, &Key::str(id))
+    }
+
+    /// The plugin with exactly this id, denormalized: its `allocations` hold the
+    /// stubs of the allocations running its instances (see
+    /// [`denormalize_csi_plugin`](Self::denormalize_csi_plugin)).
+    pub fn csi_plugin_denormalized(&self, id: &str) -> Option<CsiPlugin> {
+        let stored = self.csi_plugin(id)?;
+        Some(self.denormalize_csi_plugin(&stored))
     }
 
     /// Every plugin, in id order.
@@ -83,25 +99,23 @@ impl<'a> StateView<'a> {
     }
 
     /// The plugins whose id starts with `prefix`, in id order.
-    pub fn csi_plugins_by_id_prefix(
-        &self,
-        prefix: &str,
-    ) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
+    pub fn csi_plugins_by_prefix(&self, prefix: &str) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
         self.view.prefix(
             self.t.plugins,
             KeyBuilder::new().str_prefix(prefix).as_bytes(),
         )
     }
 
-    /// The volume `(namespace, id)`, denormalized from its plugin (SPEC §3).
-    pub fn csi_volume_by_id(&self, namespace: &str, id: &str) -> Option<CsiVolume> {
-        let stored = self.csi_volume_stored(namespace, id)?;
-        Some(self.csi_volume_denormalize(&stored))
+    /// The volume `(namespace, id)` exactly as stored.
+    pub fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
+        self.view.get(self.t.volumes, &volume_key(namespace, id))
     }
 
-    /// The volume `(namespace, id)` exactly as stored.
-    pub fn csi_volume_stored(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
-        self.view.get(self.t.volumes, &volume_key(namespace, id))
+    /// The volume `(namespace, id)`, denormalized from its plugin and with its past
+    /// claims repaired (see [`denormalize_csi_volume`](Self::denormalize_csi_volume)).
+    pub fn csi_volume_denormalized(&self, namespace: &str, id: &str) -> Option<CsiVolume> {
+        let stored = self.csi_volume(namespace, id)?;
+        Some(self.denormalize_csi_volume(&stored))
     }
 
     /// Every volume of every namespace, in (namespace, id) order, as stored.
@@ -110,7 +124,7 @@ impl<'a> StateView<'a> {
     }
 
     /// The volumes of `namespace` whose id starts with `prefix`, in id order.
-    pub fn csi_volumes_by_id_prefix(
+    pub fn csi_volumes_by_prefix(
         &self,
         namespace: &str,
         prefix: &str,
@@ -121,7 +135,7 @@ impl<'a> StateView<'a> {
 
     /// The volumes of every namespace whose id starts with `prefix`, in (id,
     /// namespace) order.
-    pub fn csi_volumes_by_id_prefix_all(
+    pub fn csi_volumes_by_prefix_all(
         &self,
         prefix: &str,
     ) -> impl Iterator<Item = Arc<CsiVolume>> + 'a {
@@ -130,7 +144,7 @@ impl<'a> StateView<'a> {
     }
 
     /// The volumes of `namespace` served by `plugin_id`, in id order.
-    pub fn csi_volumes_by_plugin_id(
+    pub fn csi_volumes_by_plugin(
         &self,
         namespace: &str,
         plugin_id: &str,
@@ -142,7 +156,7 @@ impl<'a> StateView<'a> {
     /// The volumes requested by the allocations on `node_id` that are desired running
     /// or client running, each once, in (namespace, id) order. A requested volume that
     /// does not exist is skipped (Nomad stops the listing there).
-    pub fn csi_volumes_by_node_id(&self, node_id: &str) -> Vec<Arc<CsiVolume>> {
+    pub fn csi_volumes_by_node(&self, node_id: &str) -> Vec<Arc<CsiVolume>> {
         let mut wanted = BTreeSet::new();
         for alloc in self.allocs_by_node(node_id) {
             let live = alloc.desired_status == DesiredStatus::Run
@@ -156,38 +170,38 @@ impl<'a> StateView<'a> {
         }
         wanted
             .into_iter()
-            .filter_map(|(ns, id)| self.csi_volume_stored(&ns, &id))
+            .filter_map(|(ns, id)| self.csi_volume(&ns, &id))
             .collect()
     }
 
-    /// The log index of the last write that changed table `name` (see
-    /// [`names`](super::names)); 0 for an unknown name.
-    pub fn table_index(&self, name: &str) -> u64 {
+    /// The table index of `table`: the log index of the last write that changed one
+    /// of its rows (0 if none has). This is the index blocking queries answer with.
+    pub fn table_index(&self, table: Table) -> u64 {
+        self.table_index_by_name(table.name())
+    }
+
+    /// The table index of a table by engine name, derived tables included.
+    pub(crate) fn table_index_by_name(&self, name: &str) -> u64 {
         self.view.table_index_by_name(name).unwrap_or(0)
     }
 
-    /// The index of the last write that changed the plugins table.
-    pub fn plugins_index(&self) -> u64 {
-        self.view.table_index(self.t.plugins)
-    }
-
-    /// The index of the last write that changed the volumes table.
-    pub fn volumes_index(&self) -> u64 {
-        self.view.table_index(self.t.volumes)
+    /// How many rows `table` holds. O(1).
+    pub fn row_count(&self, table: Table) -> usize {
+        match table {
+            Table::Nodes => self.view.len(self.t.nodes),
+            Table::Allocs => self.view.len(self.t.allocs),
+            Table::CsiPlugins => self.view.len(self.t.plugins),
+            Table::CsiVolumes => self.view.len(self.t.volumes),
+        }
     }
 
     /// The largest table index of the scheduler's tables.
     pub fn latest_index(&self) -> u64 {
-        [
-            names::NODES,
-            names::ALLOCS,
-            names::CSI_PLUGINS,
-            names::CSI_VOLUMES,
-        ]
-        .iter()
-        .map(|n| self.table_index(n))
-        .max()
-        .unwrap_or(0)
+        Table::ALL
+            .iter()
+            .map(|t| self.table_index(*t))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The index of the last accepted write (moved even by writes that changed

@@ -1,19 +1,23 @@
 //! Replacing the whole state with rows read from elsewhere (a snapshot file, a
-//! replication snapshot), row by row, published at once.
+//! replication snapshot), row by row, checked, published at once. Crate-internal:
+//! the public door is `StateStore::restore_from`, which reads the snapshot format.
 
 use std::sync::Arc;
 
-use crate::db::WriteTxn;
+use crate::engine::WriteTxn;
 use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
 
 use super::error::Result;
+use super::read::StateView;
 use super::store::StateStore;
-use super::tables::{InstanceKind, PluginInstance, Tables, names};
+use super::table::Table;
+use super::tables::{InstanceKind, PluginInstance, Tables};
 
 /// A restore in progress: nothing is visible until [`commit`](Self::commit), which
-/// replaces the whole state and wakes every watch (the old state is abandoned).
-/// Dropping it leaves the store as it was.
-pub struct Restore {
+/// checks every invariant of the new state, then replaces the whole state and wakes
+/// every watch (the old state is abandoned). Dropping it, or a failed check, leaves the
+/// store as it was.
+pub(crate) struct Restore {
     txn: WriteTxn,
     t: Tables,
 }
@@ -21,7 +25,7 @@ pub struct Restore {
 impl StateStore {
     /// Starts replacing the whole state; `last_applied` is the index the restored state
     /// was taken at. Waits for the write in progress, if any.
-    pub fn begin_restore(&self, last_applied: u64) -> Restore {
+    pub(crate) fn begin_restore(&self, last_applied: u64) -> Restore {
         Restore {
             txn: self.db().begin_restore(last_applied),
             t: self.tables(),
@@ -34,7 +38,7 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors (none expected for these tables).
-    pub fn node(&mut self, node: Node) -> Result<()> {
+    pub(crate) fn node(&mut self, node: Node) -> Result<()> {
         self.txn.insert(self.t.nodes, Arc::new(node))?;
         Ok(())
     }
@@ -43,7 +47,7 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors.
-    pub fn alloc(&mut self, alloc: Allocation) -> Result<()> {
+    pub(crate) fn alloc(&mut self, alloc: Allocation) -> Result<()> {
         self.txn.insert(self.t.allocs, Arc::new(alloc))?;
         Ok(())
     }
@@ -52,7 +56,7 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors.
-    pub fn plugin(&mut self, plugin: CsiPlugin) -> Result<()> {
+    pub(crate) fn plugin(&mut self, plugin: CsiPlugin) -> Result<()> {
         let kinds = [
             (InstanceKind::Controller, &plugin.controllers),
             (InstanceKind::Node, &plugin.nodes),
@@ -76,31 +80,34 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors.
-    pub fn volume(&mut self, volume: CsiVolume) -> Result<()> {
+    pub(crate) fn volume(&mut self, volume: CsiVolume) -> Result<()> {
         self.txn.insert(self.t.volumes, Arc::new(volume))?;
         Ok(())
     }
 
-    /// Sets the table index of table `name` (see [`names`]); unknown names are
-    /// ignored. The derived instance table follows the plugins table.
-    pub fn table_index(&mut self, name: &str, index: u64) {
-        match name {
-            names::NODES => self.txn.set_table_index(self.t.nodes, index),
-            names::ALLOCS => self.txn.set_table_index(self.t.allocs, index),
-            names::CSI_PLUGINS => {
+    /// Sets the table index of `table`. The derived instance table follows the
+    /// plugins table.
+    pub(crate) fn table_index(&mut self, table: Table, index: u64) {
+        match table {
+            Table::Nodes => self.txn.set_table_index(self.t.nodes, index),
+            Table::Allocs => self.txn.set_table_index(self.t.allocs, index),
+            Table::CsiPlugins => {
                 self.txn.set_table_index(self.t.plugins, index);
                 self.txn.set_table_index(self.t.instances, index);
             }
-            names::CSI_VOLUMES => self.txn.set_table_index(self.t.volumes, index),
-            _ => {}
+            Table::CsiVolumes => self.txn.set_table_index(self.t.volumes, index),
         }
     }
 
-    /// Publishes the restored state and wakes every watch.
+    /// Checks every invariant of the restored state (checksums say the bytes are
+    /// what was written, not that what was written makes sense), then publishes it
+    /// and wakes every watch.
     ///
     /// # Errors
-    /// Only engine errors.
-    pub fn commit(self) -> Result<()> {
+    /// [`StateError::BrokenInvariant`](super::StateError::BrokenInvariant) naming the
+    /// first invariant broken; the store is unchanged.
+    pub(crate) fn commit(self) -> Result<()> {
+        StateView::new(self.txn.view(), self.t).check_invariants()?;
         self.txn.commit()?;
         Ok(())
     }

@@ -2,11 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::db::{Index, Key, Schema, Table};
+use crate::engine::{Index, Key, Schema, Table};
 use crate::model::{Allocation, CsiPlugin, CsiVolume, Id, Node};
 
-/// Table names, as `table_index` takes them.
-pub mod names {
+/// Engine table names (the four of [`Table`](super::Table) and the derived one).
+pub(crate) mod names {
     /// The nodes table.
     pub const NODES: &str = "nodes";
     /// The allocations table.
@@ -17,8 +17,6 @@ pub mod names {
     pub const CSI_VOLUMES: &str = "csi_volumes";
     /// The derived index of plugin instances (see [`PluginInstance`](super::PluginInstance)).
     pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
-    /// The tables that make up the state (the instance table is derived from plugins).
-    pub const STATE: [&str; 4] = [NODES, ALLOCS, CSI_PLUGINS, CSI_VOLUMES];
 }
 
 /// Which map of a plugin an instance lives in.
@@ -92,7 +90,7 @@ pub struct Tables {
 }
 
 /// The primary key of a volume.
-pub fn volume_key(namespace: &str, id: &str) -> Key {
+pub(crate) fn volume_key(namespace: &str, id: &str) -> Key {
     Key::builder().str(namespace).str(id).build()
 }
 
@@ -102,7 +100,7 @@ impl Tables {
         let mut s = Schema::new();
         // Names are distinct constants, so declaring cannot fail; the expect documents
         // an invariant of this function, not of any input.
-        let tables = (|| -> crate::db::Result<Tables> {
+        let tables = (|| -> crate::engine::Result<Tables> {
             let nodes = s.table(names::NODES, |n: &Node| Key::str(&n.id))?;
             let allocs = s.table(names::ALLOCS, |a: &Allocation| Key::str(&a.id))?;
             let allocs_by_node = s.index(allocs, "node", false, |a: &Allocation| {

@@ -31,7 +31,7 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
         let plugin = w
             .plugin(&req.plugin_id)
             .ok_or_else(|| StateError::PluginNotFound(req.plugin_id.clone()))?;
-        let stored = w.view().csi_volume_stored(&req.namespace, &req.id);
+        let stored = w.view().csi_volume(&req.namespace, &req.id);
         let mut vol = match &stored {
             Some(old) => {
                 let identity = [
@@ -96,16 +96,17 @@ pub(crate) fn deregister_volumes(
         });
     }
     for id in ids {
-        let vol = w.view().csi_volume_stored(namespace, id).ok_or_else(|| {
-            StateError::VolumeNotFound {
+        let vol = w
+            .view()
+            .csi_volume(namespace, id)
+            .ok_or_else(|| StateError::VolumeNotFound {
                 namespace: namespace.clone(),
                 id: id.clone(),
-            }
-        })?;
+            })?;
         for alloc_id in vol.read_allocs.iter().chain(&vol.write_allocs) {
             // Allocs already gone count as safe; the others must be terminal, and only
             // a forced deregistration accepts even that.
-            let blocking = match w.view().alloc_by_id(alloc_id) {
+            let blocking = match w.view().alloc(alloc_id) {
                 _ if !force => true,
                 Some(alloc) => !alloc.terminal(),
                 None => false,

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::db::{Key, WriteTxn};
+use crate::engine::{Key, WriteTxn};
 use crate::model::{CsiInfo, CsiPlugin, Id};
 
 use super::StateView;
@@ -89,7 +89,7 @@ impl Writer {
         match self.plugins.get(id) {
             Some(edit) if edit.plugin.is_empty() => None,
             Some(edit) => Some(edit.plugin.clone()),
-            None => self.view().csi_plugin_by_id(id).map(|p| (*p).clone()),
+            None => self.view().csi_plugin(id).map(|p| (*p).clone()),
         }
     }
 
@@ -115,8 +115,15 @@ impl Writer {
         self.plugins.get_mut(id)
     }
 
-    /// Applies one fingerprint of node `node_id` (SPEC §2, upsert node).
-    pub(crate) fn apply_fingerprint(&mut self, node_id: &Id, info: &Arc<CsiInfo>) -> Result<()> {
+    /// Applies one fingerprint of node `node_id`, filed in the map of `kind`, as the
+    /// instance of that kind (docs/rules.md, upsert node). A monolith's fingerprint is
+    /// filed in both maps and applied once per map.
+    pub(crate) fn apply_fingerprint(
+        &mut self,
+        node_id: &Id,
+        kind: InstanceKind,
+        info: &Arc<CsiInfo>,
+    ) -> Result<()> {
         let Some(edit) = self.edit(&info.plugin_id, info.healthy) else {
             // An unhealthy report never creates a plugin.
             return Ok(());
@@ -126,18 +133,15 @@ impl Writer {
             p.provider.clone_from(&info.provider);
             p.version.clone_from(&info.provider_version);
         }
-        if info.controller_info.is_some() {
-            p.controller_required = info.requires_controller_plugin;
-            if p.controllers.contains(node_id) || info.healthy {
-                self.set_entry(InstanceKind::Controller, node_id, info)?;
+        let present = match kind {
+            InstanceKind::Controller => {
+                p.controller_required = info.requires_controller_plugin;
+                p.controllers.contains(node_id)
             }
-        }
-        if info.node_info.is_some() {
-            let edit = self.plugins.get(&info.plugin_id);
-            let present = edit.is_some_and(|e| e.plugin.nodes.contains(node_id));
-            if present || info.healthy {
-                self.set_entry(InstanceKind::Node, node_id, info)?;
-            }
+            InstanceKind::Node => p.nodes.contains(node_id),
+        };
+        if present || info.healthy {
+            self.set_entry(kind, node_id, info)?;
         }
         Ok(())
     }

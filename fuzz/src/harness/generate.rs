@@ -11,7 +11,7 @@ use schedstate::model::{
     CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus,
     Fingerprints, Id, Node, NodeStatus, id,
 };
-use schedstate::state::{Command, VolumeClaimRequest};
+use schedstate::state::{Command, CsiVolumeClaimRequest};
 
 use super::input::Input;
 
@@ -35,9 +35,9 @@ const VERSIONS: [&str; 3] = ["1.0", "1.1", "2.0"];
 /// Every access mode.
 pub const ACCESS_MODES: [CsiVolumeAccessMode; 6] = [
     CsiVolumeAccessMode::Unknown,
-    CsiVolumeAccessMode::SingleNodeReader,
+    CsiVolumeAccessMode::SingleNodeReaderOnly,
     CsiVolumeAccessMode::SingleNodeWriter,
-    CsiVolumeAccessMode::MultiNodeReader,
+    CsiVolumeAccessMode::MultiNodeReaderOnly,
     CsiVolumeAccessMode::MultiNodeSingleWriter,
     CsiVolumeAccessMode::MultiNodeMultiWriter,
 ];
@@ -155,19 +155,19 @@ impl Gen {
             54..=57 => Command::DeleteAllocs {
                 ids: (0..inp.below(4)).map(|_| id(inp.pick(&ALLOCS))).collect(),
             },
-            58..=69 => Command::RegisterVolumes {
+            58..=69 => Command::RegisterCsiVolumes {
                 volumes: (0..inp.below(2) + usize::from(!inp.chance(3)))
                     .map(|_| self.volume(inp))
                     .collect(),
             },
-            70..=75 => Command::DeregisterVolumes {
+            70..=75 => Command::DeregisterCsiVolumes {
                 namespace: id(inp.pick(&NAMESPACES)),
                 ids: (0..inp.below(2) + usize::from(!inp.chance(3)))
                     .map(|_| id(inp.pick(&VOLUMES)))
                     .collect(),
                 force: inp.bool(),
             },
-            _ => Command::ClaimVolumes {
+            _ => Command::ClaimCsiVolumes {
                 claims: (0..inp.below(3) + usize::from(!inp.chance(3)))
                     .map(|_| self.claim_request(inp))
                     .collect(),
@@ -184,21 +184,29 @@ impl Gen {
         n.eligible = !inp.chance(10);
         for _ in 0..inp.below(5) {
             let plugin = inp.pick(&PLUGINS);
-            match inp.below(16) {
-                0..=3 => file(&mut n.csi_controller_plugins, fingerprint(inp, plugin, 1)),
-                4..=8 => file(&mut n.csi_node_plugins, fingerprint(inp, plugin, 2)),
-                9..=10 => {
+            // Mostly reports the rules accept; 1 in 8 breaks a rule of fingerprints
+            // (halves that do not match their map, or the wrong key), refusing the node.
+            match inp.below(32) {
+                0..=7 => file(&mut n.csi_controller_plugins, fingerprint(inp, plugin, 1)),
+                8..=17 => file(&mut n.csi_node_plugins, fingerprint(inp, plugin, 2)),
+                18..=21 => {
                     file(&mut n.csi_controller_plugins, fingerprint(inp, plugin, 1));
                     file(&mut n.csi_node_plugins, fingerprint(inp, plugin, 2));
                 }
-                11..=12 => {
+                22..=25 => {
                     // A monolith: one fingerprint with both halves, in both maps.
                     let both = fingerprint(inp, plugin, 3);
                     file(&mut n.csi_controller_plugins, Arc::clone(&both));
                     file(&mut n.csi_node_plugins, both);
                 }
-                13 => {
-                    // A monolith filed in one map only.
+                26..=27 => {
+                    // A controller report, and a monolith report in the node map: each
+                    // map's entry is the instance of its kind.
+                    file(&mut n.csi_controller_plugins, fingerprint(inp, plugin, 1));
+                    file(&mut n.csi_node_plugins, fingerprint(inp, plugin, 3));
+                }
+                28 => {
+                    // A monolith filed in one map only (refused).
                     let both = fingerprint(inp, plugin, 3);
                     if inp.bool() {
                         file(&mut n.csi_controller_plugins, both);
@@ -206,8 +214,8 @@ impl Gen {
                         file(&mut n.csi_node_plugins, both);
                     }
                 }
-                14 => {
-                    // Filed in the map of the other kind.
+                29 => {
+                    // Filed in the map of the other kind (refused).
                     if inp.bool() {
                         file(&mut n.csi_controller_plugins, fingerprint(inp, plugin, 2));
                     } else {
@@ -274,7 +282,7 @@ impl Gen {
     }
 
     /// A claim, mostly on a volume registered before by an alloc seen before.
-    pub fn claim_request(&mut self, inp: &mut Input<'_>) -> VolumeClaimRequest {
+    pub fn claim_request(&mut self, inp: &mut Input<'_>) -> CsiVolumeClaimRequest {
         let mut req = claim_request(inp);
         if !self.volumes.is_empty() && !inp.chance(30) {
             let (ns, vid) = inp.pick(&self.volumes);
@@ -477,8 +485,8 @@ pub fn claim(inp: &mut Input<'_>) -> CsiVolumeClaim {
 }
 
 /// A claim of one volume.
-pub fn claim_request(inp: &mut Input<'_>) -> VolumeClaimRequest {
-    VolumeClaimRequest {
+pub fn claim_request(inp: &mut Input<'_>) -> CsiVolumeClaimRequest {
+    CsiVolumeClaimRequest {
         namespace: id(inp.pick(&NAMESPACES)),
         volume_id: id(inp.pick(&VOLUMES)),
         claim: claim(inp),

@@ -80,8 +80,8 @@ fn populated() -> StateStore {
     };
     store.upsert_node(1, node).expect("node");
     store.upsert_allocs(2, vec![alloc]).expect("alloc");
-    store.csi_volume_register(3, vec![vol]).expect("volume");
-    let _ = store.csi_volume_claim(4, "default", "v1", claim);
+    store.register_csi_volumes(3, vec![vol]).expect("volume");
+    let _ = store.claim_csi_volume(4, "default", "v1", claim);
     store
 }
 

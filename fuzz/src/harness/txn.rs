@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use schedstate::db::{
+use schedstate::engine::{
     ChangeKind, Db, Error, Index, Key, KeyBuilder, Schema, Snapshot, Table, View,
 };
 
@@ -87,7 +87,7 @@ pub fn run(data: &[u8]) {
     let mut committed = Version::default();
     // The open transaction, its working state, and the ids its writes touched.
     // Its view reports the committed indexes until it commits.
-    let mut txn: Option<(schedstate::db::WriteTxn, Version, BTreeSet<String>)> = None;
+    let mut txn: Option<(schedstate::engine::WriteTxn, Version, BTreeSet<String>)> = None;
     let mut snapshots: Vec<(Snapshot, Version)> = Vec::new();
 
     for step in 0..MAX_OPS {

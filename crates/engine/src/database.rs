@@ -1,0 +1,254 @@
+//! The database handle, its published version and its snapshots.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+use super::reclaim::{PinnedRoot, Retired, WriterLock};
+use super::registry::Registry;
+use super::root::Root;
+use super::schema::Schema;
+use super::txn::WriteTxn;
+use super::view::View;
+use super::watch::{Signal, WatchItem, WatchSet};
+use super::{Error, Result};
+
+/// State shared by a database's handles, snapshots (weakly) and transactions.
+pub(crate) struct Shared {
+    /// The published version. Readers load it without locking.
+    pub(crate) current: ArcSwap<Root>,
+    /// Held by the one write transaction in progress.
+    pub(crate) writer: Arc<Mutex<()>>,
+    /// Live watches. Commits fire under this lock after publishing; watch sets compare
+    /// and register under it, so a commit is either seen by the comparison or fires the
+    /// registration.
+    pub(crate) registry: Mutex<Registry>,
+    /// Superseded versions whose last reader let go during a write: the writer frees
+    /// them when it releases its lock, so readers never pay for freeing.
+    pub(crate) retired: Retired,
+}
+
+impl Shared {
+    pub(crate) fn register(&self, base: &Root, items: &[WatchItem], signal: &Arc<Signal>) -> u64 {
+        let mut registry = self.registry.lock();
+        let current = self.current.load();
+        registry.register(base, &current, items, signal)
+    }
+
+    pub(crate) fn unregister(&self, id: u64, items: &[WatchItem]) {
+        self.registry.lock().unregister(id, items);
+    }
+}
+
+impl Drop for Shared {
+    /// The last handle is gone: nothing will ever commit again, so wake every waiter
+    /// instead of leaving it blocked until its deadline (or forever).
+    fn drop(&mut self) {
+        self.registry.get_mut().fire_all();
+    }
+}
+
+/// An in-memory MVCC database: named tables on persistent maps, O(1) snapshots, one
+/// writer at a time, exact watches.
+///
+/// `Db` is a cheap handle (clone it freely); every clone is the same database.
+///
+/// ```
+/// use std::sync::Arc;
+/// use schedstate_engine::{Db, Key, Schema};
+///
+/// let mut schema = Schema::new();
+/// let kv = schema.table("kv", |r: &(String, u64)| Key::str(&r.0)).unwrap();
+/// let db = Db::new(schema);
+///
+/// let before = db.snapshot();
+/// let mut txn = db.begin_write(7).unwrap();
+/// txn.insert(kv, Arc::new(("a".to_string(), 1))).unwrap();
+/// txn.commit().unwrap();
+///
+/// assert!(before.view().get(kv, &Key::str("a")).is_none()); // snapshots never change
+/// let now = db.snapshot();
+/// assert_eq!(now.view().get(kv, &Key::str("a")).unwrap().1, 1);
+/// assert_eq!(now.view().table_index(kv), 7);
+/// ```
+#[derive(Clone)]
+pub struct Db {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let root = self.shared.current.load();
+        f.debug_struct("Db")
+            .field("tables", &root.schema.tables.len())
+            .field("last_applied", &root.last_applied)
+            .finish()
+    }
+}
+
+impl Db {
+    /// An empty database with the tables and indexes of `schema`.
+    pub fn new(schema: Schema) -> Db {
+        let schema = Arc::new(schema);
+        let maps = schema.tables.iter().map(|t| t.indexes.len() + 1);
+        let registry = Registry::new(maps);
+        let shared = Arc::new_cyclic(|weak| Shared {
+            current: ArcSwap::from_pointee(Root::empty(Arc::clone(&schema), weak.clone())),
+            writer: Arc::new(Mutex::new(())),
+            registry: Mutex::new(registry),
+            retired: Retired::default(),
+        });
+        Db { shared }
+    }
+
+    /// The current version, O(1). It never changes, whatever is committed later, and
+    /// can be sent to and shared between threads.
+    #[inline]
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            root: PinnedRoot::new(self.shared.current.load_full()),
+        }
+    }
+
+    /// Begins the write transaction of log index `index`, waiting for the writer in
+    /// progress (if any) to finish.
+    ///
+    /// # Errors
+    /// [`Error::StaleIndex`] if `index` is not greater than the last applied index.
+    pub fn begin_write(&self, index: u64) -> Result<WriteTxn> {
+        let guard = WriterLock::acquire(&self.shared);
+        let root = Root::clone(&self.shared.current.load());
+        if index <= root.last_applied {
+            return Err(Error::StaleIndex {
+                index,
+                last_applied: root.last_applied,
+            });
+        }
+        Ok(WriteTxn::new(
+            Arc::clone(&self.shared),
+            guard,
+            root,
+            index,
+            false,
+        ))
+    }
+
+    /// Begins a transaction that *replaces* the whole state (restoring a snapshot).
+    ///
+    /// It starts empty; its commit publishes the rows inserted, the table indexes set
+    /// with [`WriteTxn::set_table_index`] and `last_applied`, and fires every watch: the
+    /// old state is abandoned.
+    pub fn begin_restore(&self, last_applied: u64) -> WriteTxn {
+        let guard = WriterLock::acquire(&self.shared);
+        let current = self.shared.current.load();
+        let mut root = Root::empty(Arc::clone(&current.schema), Arc::downgrade(&self.shared));
+        root.seq = current.seq;
+        root.epoch = current.epoch + 1;
+        // Reads inside the restore (a check before it commits) see the version it
+        // will publish.
+        root.last_applied = last_applied;
+        WriteTxn::new(Arc::clone(&self.shared), guard, root, last_applied, true)
+    }
+
+    /// Waits for the write in progress, then keeps writers out until the returned guard
+    /// is dropped, and hands over the version as of that moment. Readers are not
+    /// affected. Used to cut a consistent point (a snapshot plus a log rotation).
+    pub fn pause_writes(&self) -> (WritePause, Snapshot) {
+        let guard = WriterLock::acquire(&self.shared);
+        let snapshot = self.snapshot();
+        (WritePause { _guard: guard }, snapshot)
+    }
+
+    /// Fires every registered watch (for example when the store is shut down), without
+    /// changing the state.
+    pub fn abandon(&self) {
+        self.shared.registry.lock().fire_all();
+    }
+
+    /// The log index of the last accepted write.
+    pub fn last_applied(&self) -> u64 {
+        self.shared.current.load().last_applied
+    }
+
+    /// The schema this database was built with.
+    pub fn schema(&self) -> Arc<Schema> {
+        Arc::clone(&self.shared.current.load().schema)
+    }
+
+    /// Frees now the superseded versions whose last reader has let go since the last
+    /// write. Never needed for correctness: every write frees them when it releases the
+    /// writer lock (readers hand them over instead of freeing them, so that a busy
+    /// writer's garbage is never freed on a reader's thread). Useful before measuring
+    /// memory, or after dropping an old snapshot of a database that no longer writes.
+    pub fn reclaim(&self) {
+        self.shared.retired.drain();
+    }
+
+    /// Number of superseded versions waiting to be freed (see [`reclaim`](Self::reclaim)).
+    pub fn retired_versions(&self) -> usize {
+        self.shared.retired.len()
+    }
+
+    /// Number of watch items currently registered (keys, ranges, tables) across all
+    /// waiting watch sets. Diagnostic: dropped sets must bring it back to zero.
+    pub fn registered_watches(&self) -> usize {
+        self.shared.registry.lock().registered_items()
+    }
+}
+
+/// Keeps writers out while held (see [`Db::pause_writes`]).
+pub struct WritePause {
+    _guard: WriterLock,
+}
+
+impl std::fmt::Debug for WritePause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WritePause")
+    }
+}
+
+/// One committed version of the database: immutable, owned, `Send + Sync + 'static`.
+#[derive(Clone)]
+pub struct Snapshot {
+    pub(crate) root: PinnedRoot,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("last_applied", &self.root.last_applied)
+            .field("seq", &self.root.seq)
+            .finish()
+    }
+}
+
+impl Snapshot {
+    /// Reads without watching.
+    #[inline]
+    pub fn view(&self) -> View<'_> {
+        View {
+            root: &self.root,
+            watch: None,
+        }
+    }
+
+    /// Reads that record what they read into `ws`.
+    pub fn watched<'a>(&'a self, ws: &'a WatchSet) -> View<'a> {
+        ws.set_base(&self.root);
+        View {
+            root: &self.root,
+            watch: Some(ws),
+        }
+    }
+
+    /// The log index of the last accepted write in this version.
+    pub fn last_applied(&self) -> u64 {
+        self.root.last_applied
+    }
+
+    /// Whether two snapshots are the very same version.
+    pub fn same_version(&self, other: &Snapshot) -> bool {
+        Arc::ptr_eq(&self.root, &other.root)
+    }
+}

@@ -1,0 +1,399 @@
+//! Order-preserving byte keys.
+//!
+//! Every table and secondary index of the engine maps a [`Key`] to a row. A key is a
+//! sequence of typed components (strings and integers) encoded so that comparing the
+//! encoded bytes gives the same order as comparing the components one by one. That lets
+//! one generic map type serve every table, lets compound keys (`namespace`, `id`) work
+//! with plain byte comparisons, and turns "all rows whose first component is X" into a
+//! byte-prefix scan.
+//!
+//! Encoding:
+//! - a string component is its UTF-8 bytes with every `0x00` escaped as `0x00 0xFF`,
+//!   followed by the terminator `0x00 0x01`. The terminator sorts before any escaped or
+//!   ordinary byte, so `"a" < "a\0" < "ab"` holds for the encodings too, and no complete
+//!   component is a prefix of another;
+//! - a `u64` component is its 8 big-endian bytes.
+//!
+//! A *prefix* ([`KeyBuilder::str_prefix`]) is a string encoded without its terminator:
+//! every key whose component starts with that string begins with those bytes.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+/// Keys up to this many encoded bytes live inline, without a heap allocation: a UUID
+/// (38 bytes encoded) and a compound of two UUIDs (76) both fit. Comparing inline keys
+/// reads only the tree node that holds them; a key behind a pointer costs a cache miss
+/// per comparison, and a lookup in a large table makes about twenty comparisons.
+const INLINE: usize = 78;
+
+/// An encoded, order-preserving key. Cheap to clone: short keys are copied inline,
+/// longer ones share one reference-counted buffer.
+///
+/// ```
+/// use schedstate_engine::Key;
+/// let a = Key::builder().str("default").str("vol-1").build();
+/// let b = Key::builder().str("default").str("vol-2").build();
+/// assert!(a < b);
+/// assert!(a.starts_with(&Key::str("default")));
+/// ```
+#[derive(Clone)]
+pub struct Key(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Arc<[u8]>),
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        compare(self.as_bytes(), other.as_bytes())
+    }
+}
+
+/// Byte order, deciding on the first eight bytes with one integer comparison when both
+/// have them and they differ — the common case inside a tree node (ids differ early),
+/// where a call to `memcmp` per probe was a visible share of every lookup.
+#[inline]
+fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    if let (Some(x), Some(y)) = (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        let (x, y) = (u64::from_be_bytes(*x), u64::from_be_bytes(*y));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    a.cmp(b)
+}
+
+/// Encoded key bytes borrowed for a lookup: ordered exactly as [`Key`] (same fast
+/// path), so a map of keys can be searched with bytes at the same speed as with a key.
+#[repr(transparent)]
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) struct KeyBytes([u8]);
+
+impl KeyBytes {
+    #[inline]
+    pub(crate) fn new(bytes: &[u8]) -> &KeyBytes {
+        // SAFETY: `KeyBytes` is `repr(transparent)` over `[u8]`, so the pointer cast
+        // keeps the slice's address, length and lifetime.
+        unsafe { &*(std::ptr::from_ref::<[u8]>(bytes) as *const KeyBytes) }
+    }
+}
+
+impl PartialOrd for KeyBytes {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for KeyBytes {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        compare(&self.0, &other.0)
+    }
+}
+
+impl Borrow<KeyBytes> for Key {
+    #[inline]
+    fn borrow(&self) -> &KeyBytes {
+        KeyBytes::new(self.as_bytes())
+    }
+}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl Key {
+    /// A key of one string component.
+    pub fn str(s: &str) -> Key {
+        KeyBuilder::new().str(s).build()
+    }
+
+    /// A key of one integer component.
+    pub fn u64(n: u64) -> Key {
+        KeyBuilder::new().u64(n).build()
+    }
+
+    /// Starts a compound key.
+    pub fn builder() -> KeyBuilder {
+        KeyBuilder::new()
+    }
+
+    /// Wraps bytes that are already encoded (for example a key read back from a change
+    /// set or a file).
+    pub fn from_encoded(bytes: &[u8]) -> Key {
+        if bytes.len() <= INLINE {
+            let mut inline = [0u8; INLINE];
+            inline[..bytes.len()].copy_from_slice(bytes);
+            // INLINE < 256, so the length fits a byte.
+            Key(Repr::Inline {
+                len: bytes.len() as u8,
+                bytes: inline,
+            })
+        } else {
+            Key(Repr::Heap(Arc::from(bytes)))
+        }
+    }
+
+    /// The encoded bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(b) => b,
+        }
+    }
+
+    /// Whether this key begins with the bytes of `prefix`.
+    pub fn starts_with(&self, prefix: &[u8]) -> bool {
+        self.as_bytes().starts_with(prefix)
+    }
+
+    /// Decodes the string components of a key made only of string components
+    /// (for messages and debugging). Returns `None` for any other shape.
+    pub fn decode_strs(&self) -> Option<Vec<String>> {
+        decode_strs(self.as_bytes())
+    }
+}
+
+fn decode_strs(mut bytes: &[u8]) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    while !bytes.is_empty() {
+        let mut part = Vec::new();
+        loop {
+            match bytes {
+                [0, 1, rest @ ..] => {
+                    bytes = rest;
+                    break;
+                }
+                [0, 0xFF, rest @ ..] => {
+                    part.push(0);
+                    bytes = rest;
+                }
+                [0, ..] | [] => return None,
+                [b, rest @ ..] => {
+                    part.push(*b);
+                    bytes = rest;
+                }
+            }
+        }
+        parts.push(String::from_utf8(part).ok()?);
+    }
+    Some(parts)
+}
+
+impl Deref for Key {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl Borrow<[u8]> for Key {
+    #[inline]
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.decode_strs() {
+            Some(parts) => write!(f, "Key({})", parts.join("/")),
+            None => write!(f, "Key({:02x?})", self.as_bytes()),
+        }
+    }
+}
+
+/// Builds a compound [`Key`] (or a prefix of one) component by component. Keys that
+/// fit inline are built without touching the heap: every lookup builds one.
+#[derive(Debug, Default, Clone)]
+pub struct KeyBuilder {
+    buf: SmallVec<[u8; INLINE]>,
+}
+
+impl KeyBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        KeyBuilder {
+            buf: SmallVec::new(),
+        }
+    }
+
+    /// Appends a complete string component.
+    pub fn str(mut self, s: &str) -> Self {
+        push_escaped(&mut self.buf, s.as_bytes());
+        self.buf.extend_from_slice(&[0, 1]);
+        self
+    }
+
+    /// Appends a string *prefix*: matches every string component starting with `s`.
+    /// Only meaningful as the last component of a prefix scan.
+    pub fn str_prefix(mut self, s: &str) -> Self {
+        push_escaped(&mut self.buf, s.as_bytes());
+        self
+    }
+
+    /// Appends an integer component.
+    pub fn u64(mut self, n: u64) -> Self {
+        self.buf.extend_from_slice(&n.to_be_bytes());
+        self
+    }
+
+    /// Appends an already encoded key (for example a primary key after a secondary
+    /// index value).
+    pub fn key(mut self, k: &[u8]) -> Self {
+        self.buf.extend_from_slice(k);
+        self
+    }
+
+    /// The encoded bytes so far, without allocating a [`Key`]; for lookups.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Finishes the key.
+    pub fn build(self) -> Key {
+        Key::from_encoded(&self.buf)
+    }
+}
+
+fn push_escaped(buf: &mut SmallVec<[u8; INLINE]>, bytes: &[u8]) {
+    if !bytes.contains(&0) {
+        buf.extend_from_slice(bytes);
+        return;
+    }
+    for &b in bytes {
+        if b == 0 {
+            buf.extend_from_slice(&[0, 0xFF]);
+        } else {
+            buf.push(b);
+        }
+    }
+}
+
+/// The smallest byte string greater than every string that starts with `prefix`, or
+/// `None` when there is none (empty prefix or all `0xFF`): the exclusive upper bound of
+/// a prefix scan.
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_order_is_preserved() {
+        let words = ["", "\0", "a", "a\0", "a\0b", "ab", "b", "\u{00ff}"];
+        for x in words {
+            for y in words {
+                assert_eq!(Key::str(x).cmp(&Key::str(y)), x.cmp(y), "{x:?} vs {y:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn compound_keys_order_by_components() {
+        let k = |a: &str, b: &str| Key::builder().str(a).str(b).build();
+        assert!(k("a", "z") < k("ab", "a"));
+        assert!(k("a", "a") < k("a", "b"));
+        assert!(!k("ab", "x").starts_with(&Key::str("a")));
+        assert!(k("ab", "x").starts_with(KeyBuilder::new().str_prefix("a").as_bytes()));
+    }
+
+    #[test]
+    fn the_fast_comparison_agrees_with_byte_order() {
+        let samples: Vec<&[u8]> = vec![
+            b"",
+            b"a",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefgi",
+            b"abcdefg",
+            b"abcdefgha",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"\0\0\0\0\0\0\0\0\0",
+            b"zz",
+        ];
+        for a in &samples {
+            for b in &samples {
+                assert_eq!(compare(a, b), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(KeyBytes::new(a).cmp(KeyBytes::new(b)), a.cmp(b));
+                let (ka, kb) = (Key::from_encoded(a), Key::from_encoded(b));
+                assert_eq!(ka.cmp(&kb), a.cmp(b));
+            }
+        }
+    }
+
+    #[test]
+    fn integers_order_numerically() {
+        assert!(Key::u64(2) < Key::u64(10));
+        assert!(Key::u64(255) < Key::u64(256));
+    }
+
+    #[test]
+    fn long_keys_compare_like_short_ones() {
+        let long = "x".repeat(200);
+        let a = Key::builder().str(&long).str("a").build();
+        let b = Key::builder().str(&long).str("b").build();
+        assert!(a < b);
+        assert_eq!(a, Key::from_encoded(a.as_bytes()));
+        assert!(Key::str("x") < a);
+    }
+
+    #[test]
+    fn decode_round_trips() {
+        let key = Key::builder().str("ns\0x").str("id").build();
+        assert_eq!(
+            key.decode_strs(),
+            Some(vec!["ns\0x".to_string(), "id".to_string()])
+        );
+        assert_eq!(Key::u64(7).decode_strs(), None);
+    }
+
+    #[test]
+    fn successor_bounds_a_prefix() {
+        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
+        assert_eq!(prefix_successor(&[1, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_successor(&[0xFF]), None);
+        assert_eq!(prefix_successor(b""), None);
+    }
+}

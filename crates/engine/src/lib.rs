@@ -1,0 +1,33 @@
+//! The generic MVCC engine: tables on persistent maps, O(1) snapshots, single-writer
+//! transactions, change sets and exact watches. It knows nothing about CSI.
+//!
+//! - [`Schema`] declares tables (row type + primary key function) and secondary
+//!   indexes (unique or not, one or many keys per row, computed from the row).
+//! - [`Db`] holds the published version. [`Db::snapshot`] clones one `Arc`;
+//!   [`Db::begin_write`] starts the one write transaction, [`WriteTxn::commit`]
+//!   publishes it whole, dropping it aborts.
+//! - [`View`] reads one version: exact gets, prefix and range scans, full iteration, in
+//!   [`Key`] order; through [`Snapshot::watched`] it records what it read into a
+//!   [`WatchSet`], which can then wait (sync or async) until exactly that changes.
+//! - [`Db::blocking_query`] is the loop of a blocking query built on those.
+
+mod blocking;
+mod database;
+mod error;
+mod key;
+mod reclaim;
+mod registry;
+mod root;
+mod schema;
+mod txn;
+mod view;
+mod watch;
+
+pub use blocking::{MAX_BLOCKING_WAIT, QueryOptions, QueryResult};
+pub use database::{Db, Snapshot, WritePause};
+pub use error::{Error, IndexInconsistency, Result};
+pub use key::{Key, KeyBuilder};
+pub use schema::{Index, Schema, Table};
+pub use txn::{Change, ChangeKind, CommitInfo, WriteTxn};
+pub use view::{Rows, View};
+pub use watch::{Changed, DEFAULT_WATCH_LIMIT, WaitOutcome, WatchSet};

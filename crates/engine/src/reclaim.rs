@@ -1,0 +1,227 @@
+//! Who frees a superseded version: the writer, not the reader that let go of it last.
+//!
+//! A commit replaces the published root; the old root stays alive as long as some
+//! snapshot (or watch set) holds it. Whoever drops the last reference frees every
+//! tree node and row that only that version used — after a busy writer that is a few
+//! dozen allocations per commit. If a reader pays for that, a point read that costs a
+//! microsecond on its own costs ten: the frees run on the reader's thread and, with the
+//! allocator's per-thread arenas, queue on the lock of the arena the writer is
+//! allocating from at that very moment.
+//!
+//! So the last [`PinnedRoot`] of a version does not free it: it parks the version in
+//! the database's retired list (one short lock, one push), and the writer frees the
+//! list each time it releases the writer lock — after its watches have fired, outside
+//! its critical section. A version released while no write follows stays parked until
+//! the next write or an explicit [`Db::reclaim`](super::Db::reclaim); what it holds
+//! is only what it does not share with the current version.
+
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use parking_lot::{ArcMutexGuard, Mutex, RawMutex};
+
+use super::database::Shared;
+use super::root::Root;
+
+/// A shared reference to one version that hands the version to the writer to free
+/// when it is the last reference (see the module docs).
+pub(crate) struct PinnedRoot(ManuallyDrop<Arc<Root>>);
+
+impl PinnedRoot {
+    pub(crate) fn new(root: Arc<Root>) -> PinnedRoot {
+        PinnedRoot(ManuallyDrop::new(root))
+    }
+}
+
+impl Clone for PinnedRoot {
+    fn clone(&self) -> Self {
+        PinnedRoot::new(Arc::clone(&self.0))
+    }
+}
+
+impl Deref for PinnedRoot {
+    type Target = Arc<Root>;
+    #[inline]
+    fn deref(&self) -> &Arc<Root> {
+        &self.0
+    }
+}
+
+impl Drop for PinnedRoot {
+    fn drop(&mut self) {
+        // SAFETY: the field is taken exactly once, here, and never used again.
+        let arc = unsafe { ManuallyDrop::take(&mut self.0) };
+        retire(arc);
+    }
+}
+
+/// Drops one reference to a version; if it was the last, frees the version on the
+/// writer's side of the database (or here when no write is in progress).
+pub(crate) fn retire(arc: Arc<Root>) {
+    let Some(root) = Arc::into_inner(arc) else {
+        return; // someone else still reads this version
+    };
+    match root.shared.upgrade() {
+        Some(shared) => shared.retired.park(root),
+        None => drop(root), // the database is gone: nobody to hand it to
+    }
+}
+
+/// Versions waiting for the writer to free them.
+#[derive(Default)]
+pub(crate) struct Retired {
+    roots: Mutex<Vec<Root>>,
+}
+
+impl Retired {
+    fn park(&self, root: Root) {
+        self.roots.lock().push(root);
+    }
+
+    /// Frees every parked version. Called by the writer after releasing its lock, and
+    /// by [`Db::reclaim`](super::Db::reclaim).
+    pub(crate) fn drain(&self) {
+        let roots = std::mem::take(&mut *self.roots.lock());
+        drop(roots);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.roots.lock().len()
+    }
+}
+
+/// The writer lock of a database: released first, then the retired versions are freed.
+pub(crate) struct WriterLock {
+    guard: Option<ArcMutexGuard<RawMutex, ()>>,
+    shared: Arc<Shared>,
+}
+
+impl WriterLock {
+    /// Waits for the writer lock of `shared`.
+    pub(crate) fn acquire(shared: &Arc<Shared>) -> WriterLock {
+        WriterLock {
+            guard: Some(shared.writer.lock_arc()),
+            shared: Arc::clone(shared),
+        }
+    }
+}
+
+impl Drop for WriterLock {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.shared.retired.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Db, Key, Schema, Snapshot, Table};
+
+    type Kv = (String, u64);
+
+    fn db() -> (Db, Table<Kv>) {
+        let mut schema = Schema::new();
+        let t = schema.table("kv", |r: &Kv| Key::str(&r.0)).expect("table");
+        (Db::new(schema), t)
+    }
+
+    /// A snapshot of the current version, then a commit of `row` at `index` that
+    /// supersedes it: the snapshot is now the only holder of the old version.
+    fn superseded(db: &Db, t: Table<Kv>, index: u64, row: &Arc<Kv>) -> Snapshot {
+        let old = db.snapshot();
+        let mut txn = db.begin_write(index).expect("begin");
+        txn.insert(t, Arc::clone(row)).expect("insert");
+        txn.commit().expect("commit");
+        old
+    }
+
+    fn row(key: &str) -> Arc<Kv> {
+        Arc::new((key.to_string(), 1))
+    }
+
+    #[test]
+    fn a_version_released_during_a_write_is_freed_by_the_writer() {
+        let (db, t) = db();
+        let old = superseded(&db, t, 1, &row("a"));
+        let mut txn = db.begin_write(2).expect("begin");
+        drop(old);
+        assert_eq!(db.retired_versions(), 1, "parked while the writer runs");
+        txn.insert(t, row("b")).expect("insert");
+        txn.commit().expect("commit");
+        assert_eq!(db.retired_versions(), 0, "freed when the writer let go");
+    }
+
+    #[test]
+    fn a_version_released_with_no_writer_waits_for_the_next_write_or_reclaim() {
+        let (db, t) = db();
+        drop(superseded(&db, t, 1, &row("a")));
+        assert_eq!(db.retired_versions(), 1);
+        db.reclaim();
+        assert_eq!(db.retired_versions(), 0);
+        // The current version is never parked, however many snapshots come and go.
+        drop(db.snapshot());
+        assert_eq!(db.retired_versions(), 0);
+    }
+
+    #[test]
+    fn an_aborted_write_also_frees_what_was_parked() {
+        let (db, t) = db();
+        let old = superseded(&db, t, 1, &row("a"));
+        let txn = db.begin_write(2).expect("begin");
+        drop(old);
+        assert_eq!(db.retired_versions(), 1);
+        drop(txn);
+        assert_eq!(db.retired_versions(), 0);
+    }
+
+    #[test]
+    fn rows_of_a_parked_version_are_really_freed() {
+        let (db, t) = db();
+        let a = row("a");
+        drop(superseded(&db, t, 1, &a));
+        db.reclaim();
+        let old = db.snapshot();
+        let mut txn = db.begin_write(2).expect("begin");
+        txn.delete(t, &Key::str("a")).expect("delete");
+        drop(txn.commit().expect("commit"));
+        assert_eq!(Arc::strong_count(&a), 2, "ours and the old version's");
+        let txn = db.begin_write(3).expect("begin");
+        drop(old);
+        assert_eq!(Arc::strong_count(&a), 2, "parked, not yet freed");
+        drop(txn);
+        assert_eq!(Arc::strong_count(&a), 1, "the writer freed the version");
+    }
+
+    #[test]
+    fn nothing_parked_outlives_the_database() {
+        let (db, t) = db();
+        let a = row("a");
+        drop(superseded(&db, t, 1, &a));
+        let old = db.snapshot(); // holds `a`
+        let mut txn = db.begin_write(2).expect("begin");
+        txn.delete(t, &Key::str("a")).expect("delete");
+        drop(txn.commit().expect("commit"));
+        // Parked, then the last handle goes: the retired list goes with it.
+        drop(old);
+        assert_eq!(Arc::strong_count(&a), 2);
+        drop(db);
+        assert_eq!(Arc::strong_count(&a), 1);
+    }
+
+    #[test]
+    fn a_snapshot_outliving_its_database_frees_its_version_itself() {
+        let (db, t) = db();
+        let a = row("a");
+        let mut txn = db.begin_write(1).expect("begin");
+        txn.insert(t, Arc::clone(&a)).expect("insert");
+        txn.commit().expect("commit");
+        let snap = db.snapshot();
+        drop(db);
+        assert_eq!(snap.view().get(t, &Key::str("a")).expect("row").1, 1);
+        drop(snap);
+        assert_eq!(Arc::strong_count(&a), 1);
+    }
+}

@@ -1,0 +1,387 @@
+//! Reads: exact lookups, prefix and range scans, whole-table iteration.
+//!
+//! A [`View`] reads one version — a [`Snapshot`](super::Snapshot) or the working state
+//! of a [`WriteTxn`](super::WriteTxn). A view made with
+//! [`Snapshot::watched`](super::Snapshot::watched) also records every key and range it
+//! reads into a [`WatchSet`], so a blocking query can later wait for exactly those to
+//! change.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::key::{KeyBytes, prefix_successor};
+use super::root::{Root, RowMap};
+use super::schema::{Index, Row, Table, TableId};
+use super::watch::{WatchItem, WatchSet};
+use super::{IndexInconsistency, Key};
+
+/// A read-only view of one database version.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub(crate) root: &'a Root,
+    pub(crate) watch: Option<&'a WatchSet>,
+}
+
+/// Bounds of a scan over encoded keys.
+type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+fn prefix_range(prefix: &[u8]) -> Range {
+    let hi = match prefix_successor(prefix) {
+        Some(end) => Bound::Excluded(end),
+        None => Bound::Unbounded,
+    };
+    (Bound::Included(prefix.to_vec()), hi)
+}
+
+impl<'a> View<'a> {
+    fn map(&self, schema: u64, table: TableId, map: usize) -> Option<&'a RowMap> {
+        if schema != self.root.schema.id {
+            return None;
+        }
+        self.root.map(table, map)
+    }
+
+    fn watch_key(&self, table: TableId, map: usize, key: &[u8]) {
+        if let Some(ws) = self.watch {
+            ws.add(
+                WatchItem::Key {
+                    table,
+                    map,
+                    key: Key::from_encoded(key),
+                },
+                table,
+            );
+        }
+    }
+
+    fn watch_range(&self, table: TableId, map: usize, range: &Range) {
+        if let Some(ws) = self.watch {
+            let item = if matches!(range, (Bound::Unbounded, Bound::Unbounded)) && map == 0 {
+                WatchItem::Table { table }
+            } else {
+                WatchItem::Range {
+                    table,
+                    map,
+                    lo: range.0.clone(),
+                    hi: range.1.clone(),
+                }
+            };
+            ws.add(item, table);
+        }
+    }
+
+    /// The row with primary key `key`, if any. Watches that key (present or absent).
+    pub fn get<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<Arc<V>> {
+        self.get_ref(table, key).and_then(downcast)
+    }
+
+    /// Like [`get`](Self::get), borrowing the row instead of counting a reference.
+    pub fn get_ref<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a Row> {
+        self.watch_key(table.id, 0, key);
+        self.map(table.schema, table.id, 0)?.get(KeyBytes::new(key))
+    }
+
+    /// The row with primary key `key`, borrowed as its type.
+    pub fn get_value<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a V> {
+        self.get_ref(table, key)?.downcast_ref::<V>()
+    }
+
+    /// The row whose key in `index` is exactly `key`: the only one for a unique index,
+    /// the one with the smallest primary key otherwise. Watches that index key.
+    pub fn get_by<V: Any + Send + Sync>(&self, index: Index<V>, key: &[u8]) -> Option<Arc<V>> {
+        if index.unique {
+            self.watch_key(index.table, index.map, key);
+            let map = self.map(index.schema, index.table, index.map)?;
+            map.get(KeyBytes::new(key)).and_then(downcast)
+        } else {
+            self.index_eq(index, key).next()
+        }
+    }
+
+    /// Every row of `table` in primary-key order. Watches the whole table.
+    pub fn iter<V: Any + Send + Sync>(&self, table: Table<V>) -> Rows<'a, V> {
+        self.scan(
+            table.schema,
+            table.id,
+            0,
+            (Bound::Unbounded, Bound::Unbounded),
+        )
+    }
+
+    /// Rows whose primary key starts with `prefix`, in key order. Watches that range.
+    pub fn prefix<V: Any + Send + Sync>(&self, table: Table<V>, prefix: &[u8]) -> Rows<'a, V> {
+        self.scan_prefix(table.schema, table.id, 0, prefix)
+    }
+
+    /// Rows whose primary key lies within `(lo, hi)`, in key order. Watches that range.
+    pub fn range<V: Any + Send + Sync>(
+        &self,
+        table: Table<V>,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+    ) -> Rows<'a, V> {
+        let range = (lo.map(<[u8]>::to_vec), hi.map(<[u8]>::to_vec));
+        self.scan(table.schema, table.id, 0, range)
+    }
+
+    /// Rows whose key in `index` is exactly `key` (for a non-unique index: every row
+    /// with that value), in index order. Watches that key's range.
+    pub fn index_eq<V: Any + Send + Sync>(&self, index: Index<V>, key: &[u8]) -> Rows<'a, V> {
+        if index.unique {
+            self.watch_key(index.table, index.map, key);
+            let row = self
+                .map(index.schema, index.table, index.map)
+                .and_then(|m| m.get_key_value(KeyBytes::new(key)));
+            return Rows {
+                inner: RowsInner::One(row),
+                _row: PhantomData,
+            };
+        }
+        self.scan_prefix(index.schema, index.table, index.map, key)
+    }
+
+    /// Rows whose key in `index` starts with `prefix`, in index order. Watches that
+    /// range.
+    pub fn index_prefix<V: Any + Send + Sync>(
+        &self,
+        index: Index<V>,
+        prefix: &[u8],
+    ) -> Rows<'a, V> {
+        self.scan_prefix(index.schema, index.table, index.map, prefix)
+    }
+
+    /// Every row reachable through `index`, in index order. Watches the whole index.
+    pub fn index_iter<V: Any + Send + Sync>(&self, index: Index<V>) -> Rows<'a, V> {
+        self.scan(
+            index.schema,
+            index.table,
+            index.map,
+            (Bound::Unbounded, Bound::Unbounded),
+        )
+    }
+
+    fn scan<V>(&self, schema: u64, table: TableId, map: usize, range: Range) -> Rows<'a, V> {
+        self.watch_range(table, map, &range);
+        let inner = match self.map(schema, table, map) {
+            Some(m) => RowsInner::Range(
+                m.range::<_, KeyBytes>((as_ref_bound(&range.0), as_ref_bound(&range.1))),
+            ),
+            None => RowsInner::One(None),
+        };
+        Rows {
+            inner,
+            _row: PhantomData,
+        }
+    }
+
+    /// A prefix scan seeks once, to the prefix, and stops at the first key without it
+    /// (a bounded range would seek a second time, to the upper bound).
+    fn scan_prefix<V>(
+        &self,
+        schema: u64,
+        table: TableId,
+        map: usize,
+        prefix: &[u8],
+    ) -> Rows<'a, V> {
+        if self.watch.is_some() {
+            self.watch_range(table, map, &prefix_range(prefix));
+        }
+        let inner = match self.map(schema, table, map) {
+            Some(m) => RowsInner::Prefix(
+                m.range::<_, KeyBytes>((Bound::Included(KeyBytes::new(prefix)), Bound::Unbounded)),
+                Key::from_encoded(prefix),
+            ),
+            None => RowsInner::One(None),
+        };
+        Rows {
+            inner,
+            _row: PhantomData,
+        }
+    }
+
+    /// Number of rows in `table` (not watched).
+    pub fn len<V>(&self, table: Table<V>) -> usize {
+        self.map(table.schema, table.id, 0).map_or(0, RowMap::len)
+    }
+
+    /// The log index of the last commit that changed `table` (0 if none did).
+    pub fn table_index<V>(&self, table: Table<V>) -> u64 {
+        if table.schema != self.root.schema.id {
+            return 0;
+        }
+        self.root.table_index.get(table.id).copied().unwrap_or(0)
+    }
+
+    /// The log index of the last commit that changed the table called `name`, or
+    /// `None` for an unknown name.
+    pub fn table_index_by_name(&self, name: &str) -> Option<u64> {
+        let pos = self
+            .root
+            .schema
+            .tables
+            .iter()
+            .position(|t| &*t.name == name)?;
+        self.root.table_index.get(pos).copied()
+    }
+
+    /// The largest table index.
+    pub fn latest_index(&self) -> u64 {
+        self.root.latest_index()
+    }
+
+    /// The log index of the last accepted write (moved even by writes that changed
+    /// nothing).
+    pub fn last_applied(&self) -> u64 {
+        self.root.last_applied
+    }
+
+    /// Checks that every secondary index agrees with its table: each row is reachable
+    /// through each of its index keys (as the very same row), no index holds an entry
+    /// without its row, every row sits under its own primary key, and no table index
+    /// exceeds the last applied index. Returns the first disagreement found. O(rows).
+    ///
+    /// # Errors
+    /// The first [`IndexInconsistency`] found.
+    pub fn verify_indexes(&self) -> Result<(), IndexInconsistency> {
+        let root = self.root;
+        let mut keys = Vec::new();
+        for (t, def) in root.schema.tables.iter().enumerate() {
+            let Some(data) = root.tables.get(t) else {
+                return Err(IndexInconsistency::MissingTable {
+                    table: def.name.to_string(),
+                });
+            };
+            let table_index = root.table_index.get(t).copied().unwrap_or(0);
+            if table_index > root.last_applied {
+                return Err(IndexInconsistency::TableIndexAhead {
+                    table: def.name.to_string(),
+                    table_index,
+                    last_applied: root.last_applied,
+                });
+            }
+            let mut expected = vec![0usize; data.maps.len()];
+            for (pk, row) in data.maps[0].iter() {
+                keys.clear();
+                def.map_keys(0, row, &mut keys);
+                if keys.first() != Some(pk) {
+                    return Err(IndexInconsistency::MisplacedRow {
+                        table: def.name.to_string(),
+                        key: format!("{pk:?}"),
+                    });
+                }
+                expected[0] += 1;
+                for (map, count) in expected.iter_mut().enumerate().skip(1) {
+                    keys.clear();
+                    def.map_keys(map, row, &mut keys);
+                    keys.sort_unstable();
+                    keys.dedup();
+                    for k in &keys {
+                        match data.maps[map].get(k) {
+                            Some(found) if Arc::ptr_eq(found, row) => {}
+                            _ => {
+                                return Err(IndexInconsistency::MissingEntry {
+                                    table: def.name.to_string(),
+                                    index: def.indexes[map - 1].name.to_string(),
+                                    key: format!("{k:?}"),
+                                    row: format!("{pk:?}"),
+                                });
+                            }
+                        }
+                    }
+                    *count += keys.len();
+                }
+            }
+            for (map, count) in expected.iter().enumerate() {
+                if data.maps[map].len() != *count {
+                    let index = match map {
+                        0 => "(primary)".to_string(),
+                        m => def.indexes[m - 1].name.to_string(),
+                    };
+                    return Err(IndexInconsistency::EntryCount {
+                        table: def.name.to_string(),
+                        index,
+                        entries: data.maps[map].len(),
+                        rows_account_for: *count,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&KeyBytes> {
+    match b {
+        Bound::Included(v) => Bound::Included(KeyBytes::new(v)),
+        Bound::Excluded(v) => Bound::Excluded(KeyBytes::new(v)),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+pub(crate) fn downcast<V: Any + Send + Sync>(row: &Row) -> Option<Arc<V>> {
+    Arc::clone(row).downcast::<V>().ok()
+}
+
+type RangedIter<'a> = imbl::ordmap::RangedIter<'a, Key, Row, imbl::shared_ptr::DefaultSharedPtr>;
+
+enum RowsInner<'a> {
+    Range(RangedIter<'a>),
+    /// From the first key with the prefix; ends at the first key without it.
+    Prefix(RangedIter<'a>, Key),
+    One(Option<(&'a Key, &'a Row)>),
+}
+
+impl<'a> RowsInner<'a> {
+    #[inline]
+    fn next_entry(&mut self) -> Option<(&'a Key, &'a Row)> {
+        match self {
+            RowsInner::Range(r) => r.next(),
+            RowsInner::Prefix(r, prefix) => {
+                let (k, v) = r.next()?;
+                if k.starts_with(prefix) {
+                    Some((k, v))
+                } else {
+                    *self = RowsInner::One(None);
+                    None
+                }
+            }
+            RowsInner::One(r) => r.take(),
+        }
+    }
+}
+
+/// An iterator over rows of one type, in key order.
+pub struct Rows<'a, V> {
+    inner: RowsInner<'a>,
+    _row: PhantomData<fn() -> V>,
+}
+
+impl<'a, V: Any + Send + Sync> Rows<'a, V> {
+    /// Iterates `(encoded key, row)` pairs instead of rows, borrowing the rows.
+    pub fn with_keys(mut self) -> impl Iterator<Item = (&'a Key, &'a V)> {
+        std::iter::from_fn(move || self.inner.next_entry())
+            .filter_map(|(k, r)| r.downcast_ref::<V>().map(|v| (k, v)))
+    }
+
+    /// Iterates borrowed rows instead of counted references: no reference count is
+    /// touched, so a scan reads nothing of the rows it does not look at.
+    pub fn borrowed(mut self) -> impl Iterator<Item = &'a V> {
+        std::iter::from_fn(move || self.inner.next_entry())
+            .filter_map(|(_, r)| r.downcast_ref::<V>())
+    }
+}
+
+impl<V: Any + Send + Sync> Iterator for Rows<'_, V> {
+    type Item = Arc<V>;
+
+    fn next(&mut self) -> Option<Arc<V>> {
+        loop {
+            let (_, row) = self.inner.next_entry()?;
+            if let Some(v) = downcast(row) {
+                return Some(v);
+            }
+        }
+    }
+}
