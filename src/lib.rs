@@ -1,58 +1,66 @@
 //! schedstate: an embedded, transactional state store for cluster schedulers.
 //!
 //! It keeps a scheduler's state — nodes, allocations, CSI plugins and CSI volumes — in
-//! memory as immutable versions. Every change is a [`state::Command`] applied at a log
-//! index, all of it or none of it; readers take O(1) snapshots that never change and
-//! never block the writer; a query can block until exactly the rows it read change.
+//! memory as immutable versions. Every change is a [`Command`] applied at a log index,
+//! all of it or none of it; readers take O(1) snapshots that never change and never
+//! block the writer; a query can block until exactly the rows it read change. The
+//! rules every write follows are in `docs/rules.md`.
+//!
+//! # The door
+//!
+//! Each store kind has one way in, the same for both: [`apply`](StateStore::apply)
+//! (or `apply_owned`, which moves the command's rows into the store) and one typed
+//! method per command (`upsert_node`, `delete_nodes`, `upsert_allocs`,
+//! `register_csi_volumes`, `claim_csi_volume`, …).
+//!
+//! - [`StateStore`]: in memory (tests, or a replica whose log lives elsewhere);
+//! - [`DurableStore`]: the same state in a data directory — each accepted command is
+//!   logged (and, by default, fsynced) before anyone can see it; recovery replays the
+//!   log over the newest snapshot.
+//!
+//! Reads go through a [`StateSnapshot`] (`snapshot().view()`: every read of
+//! [`StateView`]) or a [`StateReader`] (`reader()`), which also runs blocking queries
+//! and can be handed to code that must not write.
 //!
 //! # Layers
 //!
-//! Each layer uses only the ones below it (see `ARCHITECTURE.md` for the flow of a
-//! write and of a blocking read, and the invariants):
+//! Each uses only those below it (`ARCHITECTURE.md` has the flow of a write and of a
+//! blocking read, and the invariants):
 //!
-//! - [`persist`] — beside `state`: the versioned, checksummed snapshot format, the
-//!   write-ahead log of commands, and [`persist::DurableStore`], which recovers from
-//!   them after a crash;
-//! - [`state`] — the scheduler's rules: [`state::StateStore::apply`] (or `apply_owned`,
-//!   which moves the command's rows into the store) is the only way the state changes; plugins are derived from node fingerprints and allocation writes;
-//!   volumes are registered, claimed and released against them; [`state::StateView`]
-//!   holds every read, denormalization and the invariant checker;
+//! - [`persist`] — beside `state`: the snapshot format, the write-ahead log and
+//!   [`DurableStore`]; offline operations on a whole data directory;
+//! - [`state`] — the scheduler's rules: commands, plugin derivation from fingerprints,
+//!   volume claims, reads, denormalization, blocking queries, the invariant checker;
 //! - [`model`] — plain serde data: [`model::Node`], [`model::CsiInfo`],
 //!   [`model::Allocation`], [`model::CsiPlugin`], [`model::CsiVolume`], …;
-//! - [`db`] — the generic MVCC engine, which knows nothing about CSI: tables and
-//!   secondary indexes on persistent maps, snapshots, single-writer transactions,
-//!   change sets, exact watches and blocking queries. A version no reader holds any
-//!   more is freed on the writer's side, never on a reader's thread.
+//! - the engine, crate `schedstate-engine` — generic tables and secondary indexes on
+//!   persistent maps, snapshots, single-writer transactions, change sets, exact
+//!   watches; it knows nothing about CSI. The store re-exports the few engine types
+//!   its API uses ([`QueryOptions`], [`QueryResult`], [`WatchSet`], …).
 //!
 //! # Example
 //!
-//! A client node reports a CSI plugin; the plugin appears, and a blocking query that
-//! read it wakes when its health changes:
+//! A client node reports a CSI plugin; the plugin appears, and a blocking query on it
+//! wakes when its health changes:
 //!
 //! ```
-//! use std::sync::Arc;
 //! use std::time::Duration;
-//! use schedstate::db::QueryOptions;
 //! use schedstate::model::{CsiInfo, CsiNodeInfo, Node};
-//! use schedstate::state::StateStore;
+//! use schedstate::{QueryOptions, StateStore, Table};
 //!
 //! fn node(healthy: bool) -> Node {
 //!     let mut n = Node::new("node-1", "client-1");
-//!     let info = CsiInfo {
-//!         plugin_id: "ebs".into(),
-//!         alloc_id: "alloc-1".into(),
-//!         healthy,
-//!         provider: "ebs.csi.aws.com".into(),
-//!         provider_version: "1.25.0".into(),
-//!         node_info: Some(CsiNodeInfo::default()),
-//!         ..Default::default()
-//!     };
-//!     n.csi_node_plugins.insert("ebs".into(), Arc::new(info));
+//!     n.add_csi_plugin(
+//!         CsiInfo::node_instance("ebs", "alloc-1", CsiNodeInfo::default())
+//!             .with_provider("ebs.csi.aws.com", "1.25.0")
+//!             .with_health(healthy, if healthy { "ok" } else { "probe failed" }),
+//!     );
 //!     n
 //! }
 //!
 //! let store = StateStore::new();
 //! store.upsert_node(1, node(true)).unwrap();
+//! assert_eq!(store.snapshot().view().table_index(Table::CsiPlugins), 1);
 //!
 //! let writer = store.clone();
 //! let flip = std::thread::spawn(move || {
@@ -60,14 +68,23 @@
 //!     writer.upsert_node(2, node(false)).unwrap();
 //! });
 //!
-//! // Wait (at most 10 s) for the plugins table to move past index 1.
-//! let answer = store.blocking_csi_plugin(QueryOptions::new(1, Duration::from_secs(10)), "ebs");
+//! // Wait (at most 10 s) for the plugin to change past index 1.
+//! let opts = QueryOptions::new(1, Duration::from_secs(10));
+//! let answer = store.reader().blocking_csi_plugin_denormalized(opts, "ebs");
 //! flip.join().unwrap();
-//! let plugin = answer.value.unwrap();
+//! assert!(!answer.timed_out);
 //! assert_eq!(answer.index, 2);
+//! let plugin = answer.value.unwrap();
 //! assert_eq!((plugin.nodes_healthy(), plugin.nodes_expected()), (0, 1));
 //! assert_eq!(plugin.provider, "ebs.csi.aws.com");
 //! ```
+//!
+//! # Features
+//!
+//! `unstable-internals` exposes the engine under the store (`schedstate::engine`, raw
+//! views, table handles, the publish hook) for this repository's benchmarks, tests and
+//! fuzz targets. It is not covered by semantic versioning, and writes through it skip
+//! the rules and the log.
 
 #![warn(missing_docs)]
 
@@ -82,8 +99,8 @@ pub mod state;
 
 pub use persist::{DurableStore, OpenReport, Options, PersistError, SyncPolicy};
 pub use schedstate_engine::{
-    ChangeKind, DEFAULT_WATCH_LIMIT, Error as EngineError, MAX_BLOCKING_WAIT, QueryOptions,
-    QueryResult, WaitOutcome, WatchSet,
+    ChangeKind, Changed, DEFAULT_WATCH_LIMIT, Error as EngineError, MAX_BLOCKING_WAIT,
+    QueryOptions, QueryResult, Rows, WaitOutcome, WatchSet,
 };
 pub use state::{
     Command, Commit, CsiVolumeClaimRequest, InvariantViolation, Row, RowChange, StateError,

@@ -197,7 +197,7 @@ fn apply_timed(store: &StateStore, index: u64, command: Command) -> Duration {
     before_publish.map_or(Duration::ZERO, |t| t.elapsed())
 }
 
-/// `volumes_load`: one `csi_volume_register` command of `-volumes` volumes.
+/// `volumes_load`: one `register_csi_volumes` command of `-volumes` volumes.
 fn volumes_load(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags, ds: &Dataset) {
     let index = ctx.next_index();
     let t0 = Instant::now();

@@ -318,7 +318,7 @@ mod tests {
         v
     }
 
-    /// (mode, readers, writers, read free, write free) — SPEC §2 "Free claims by access mode".
+    /// (mode, readers, writers, read free, write free) — docs/rules.md §4.8, "Free claims".
     const TABLE: &[(M, usize, usize, bool, bool)] = &[
         (M::SingleNodeReaderOnly, 0, 0, true, false),
         (M::SingleNodeReaderOnly, 1, 0, false, false),

@@ -264,11 +264,14 @@ fn set_aside(dir: &Path) -> Result<Option<PathBuf>> {
 }
 
 /// Deletes the data directory `dir` and everything the store keeps in it, if no
-/// writer holds it and it holds nothing but the store's files (a missing directory
-/// is fine). Folders set aside by restores count as the store's and go too.
+/// writer holds it and it holds nothing but the store's live files (a missing
+/// directory is fine). A folder of files set aside by a restore (`replaced-N`) is a
+/// backup someone may still want: like any other file that is not the store's, it
+/// makes the call refuse rather than delete it.
 ///
 /// # Errors
-/// [`PersistError::Locked`], [`PersistError::ForeignFile`], or I/O errors.
+/// [`PersistError::Locked`], [`PersistError::ForeignFile`] (naming the first such
+/// file or folder), or I/O errors.
 pub fn remove_data_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
         return Ok(());
@@ -280,17 +283,16 @@ pub fn remove_data_dir(dir: &Path) -> Result<()> {
     }
     let lock = DirLock::acquire(dir)?;
     let files = list_files(dir)?;
-    if let Some(other) = files.iter().find(|f| f.kind == FileKind::Other) {
+    if let Some(other) = files
+        .iter()
+        .find(|f| matches!(f.kind, FileKind::Other | FileKind::SetAside))
+    {
         return Err(PersistError::ForeignFile {
             path: other.path.clone(),
         });
     }
-    for f in &files {
-        match f.kind {
-            FileKind::Lock => {}
-            FileKind::SetAside => fs::remove_dir_all(&f.path).at(&f.path)?,
-            _ => fs::remove_file(&f.path).at(&f.path)?,
-        }
+    for f in files.iter().filter(|f| f.kind != FileKind::Lock) {
+        fs::remove_file(&f.path).at(&f.path)?;
     }
     let lock_path = lock.path().to_path_buf();
     drop(lock);

@@ -87,23 +87,25 @@ struct GroupState {
     syncing: bool,
 }
 
-/// A store whose accepted writes survive a crash. Reads go through
-/// [`store`](Self::store); writes through [`apply`](Self::apply).
+/// A store whose accepted writes survive a crash. It has the same door as
+/// [`StateStore`]: [`apply`](Self::apply), [`apply_owned`](Self::apply_owned) and the
+/// typed write methods, each of which logs the command before anyone can see it;
+/// reads go through [`snapshot`](Self::snapshot) and [`reader`](Self::reader). Its
+/// state changes in no other way.
 ///
 /// ```
 /// use schedstate::model::Node;
-/// use schedstate::persist::{DurableStore, Options};
-/// use schedstate::state::Command;
+/// use schedstate::{DurableStore, Options};
 ///
 /// let dir = std::env::temp_dir().join(format!("schedstate-doc-{}", std::process::id()));
 /// # let _ = std::fs::remove_dir_all(&dir);
 /// {
 ///     let (db, _report) = DurableStore::open(&dir, Options::default()).unwrap();
-///     db.apply(1, &Command::UpsertNode { node: Node::new("n1", "client-1") }).unwrap();
+///     db.upsert_node(1, Node::new("n1", "client-1")).unwrap();
 /// }
 /// let (db, report) = DurableStore::open(&dir, Options::default()).unwrap();
 /// assert_eq!(report.last_applied, 1);
-/// assert!(db.store().snapshot().view().node("n1").is_some());
+/// assert!(db.snapshot().view().node("n1").is_some());
 /// # drop(db);
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// ```

@@ -32,9 +32,10 @@ pub enum PersistError {
         /// The path.
         path: PathBuf,
     },
-    /// A data directory holds a file that is not the store's, so an operation on the
-    /// whole directory (restore, remove) refuses to touch it.
-    #[error("{path}: not a schedstate file; refusing to act on its directory")]
+    /// A data directory holds a file that is not the store's (or, for a removal, a
+    /// backup folder set aside by a restore), so an operation on the whole directory
+    /// refuses to touch it.
+    #[error("{path}: not a live schedstate file; refusing to act on its directory")]
     ForeignFile {
         /// The file.
         path: PathBuf,

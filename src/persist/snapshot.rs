@@ -46,7 +46,7 @@ pub struct SnapshotHeader {
 /// One table's entry in a snapshot header.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableHeader {
-    /// The table's name (see [`names`]).
+    /// The table's name ([`Table::name`]).
     pub name: String,
     /// Its table index.
     pub index: u64,

@@ -9,7 +9,7 @@ use crate::model::{Allocation, Id};
 use super::error::{Result, StateError};
 use super::writer::Writer;
 
-/// Inserts or replaces allocations (SPEC §2 "Upsert allocs").
+/// Inserts or replaces allocations (docs/rules.md §4.4).
 pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
     for mut alloc in allocs {
         if alloc.id.is_empty() {

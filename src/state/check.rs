@@ -247,11 +247,21 @@ impl StateView<'_> {
                     InstanceKind::Controller => info.is_controller(),
                     InstanceKind::Node => info.is_node(),
                 };
-                if !has_half {
+                // A second half needs an entry of the plugin in the other map.
+                let stray_half = match kind {
+                    InstanceKind::Controller => {
+                        info.is_node() && !node.csi_node_plugins.contains_key(plugin_id)
+                    }
+                    InstanceKind::Node => {
+                        info.is_controller() && !node.csi_controller_plugins.contains_key(plugin_id)
+                    }
+                };
+                if !has_half || stray_half {
                     return Err(broken(
                         "fingerprints-match-maps",
                         format!(
-                            "node {} files plugin {plugin_id} in its {kind:?} map without that half",
+                            "node {}: the fingerprint of plugin {plugin_id} in its {kind:?} map \
+                             does not match the maps it is filed in",
                             node.id
                         ),
                     ));

@@ -1,5 +1,5 @@
 //! Volume claims: taking a read or write claim, and the steps of releasing one
-//! (SPEC §2 "Claim").
+//! (docs/rules.md §4.8).
 
 use std::sync::Arc;
 

@@ -8,7 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Allocation, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
 
 /// One write.
+///
+/// New kinds of writes may be added (appended, since the variant number is part of the
+/// log format): code outside this crate that matches on a command needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum Command {
     /// Insert or replace a node, and derive its plugin instances from its fingerprints.
     UpsertNode {

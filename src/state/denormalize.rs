@@ -44,7 +44,7 @@ impl StateView<'_> {
 
     /// A copy of `volume` with its plugin's provider, version, controller requirement,
     /// health counts and schedulability filled in, and its past claims repaired
-    /// (SPEC §3).
+    /// (docs/rules.md §5).
     pub fn denormalize_csi_volume(&self, volume: &CsiVolume) -> CsiVolume {
         let mut v = volume.clone();
         match self.csi_plugin(&v.plugin_id) {

@@ -9,7 +9,7 @@ use super::error::{Result, StateError};
 use super::tables::InstanceKind;
 use super::writer::Writer;
 
-/// Replaces node `n` and derives its plugin instances (SPEC §2 "Upsert node").
+/// Replaces node `n` and derives its plugin instances (docs/rules.md §4.1).
 pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
     upsert_one(w, node)?;
     w.flush_plugins()
@@ -117,7 +117,7 @@ fn check_fingerprints(node: &Node) -> Result<()> {
     Ok(())
 }
 
-/// Deletes nodes and every plugin instance on them (SPEC §2 "Delete nodes").
+/// Deletes nodes and every plugin instance on them (docs/rules.md §4.2).
 pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
     if ids.is_empty() {
         return Err(StateError::EmptyRequest {

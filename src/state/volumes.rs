@@ -15,9 +15,9 @@ fn require(what: &'static str, field: &'static str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// Registers volumes, or updates the user fields of registered ones (SPEC §2
-/// "Register volumes"). Claims, modes and the create index of an existing volume are
-/// kept; a new volume starts unclaimed whatever the request carried.
+/// Registers volumes, or updates the user fields of registered ones (docs/rules.md
+/// §4.6). Claims, modes and the create index of an existing volume are kept; a new
+/// volume starts unclaimed whatever the request carried.
 pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<()> {
     if volumes.is_empty() {
         return Err(StateError::EmptyRequest {
@@ -83,7 +83,7 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
     Ok(())
 }
 
-/// Deregisters volumes of one namespace (SPEC §2 "Deregister volumes").
+/// Deregisters volumes of one namespace (docs/rules.md §4.7).
 pub(crate) fn deregister_volumes(
     w: &mut Writer,
     namespace: &Id,

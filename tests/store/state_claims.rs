@@ -1,4 +1,4 @@
-//! Volume claims (SPEC §2 "Claim"): the free-claims table by access mode, the
+//! Volume claims (docs/rules.md §4.8): the free-claims table by access mode, the
 //! schedulable rules, idempotent re-claims, release steps, gc claims and atomic
 //! batches — all through claim commands on a cluster built from node fingerprints.
 

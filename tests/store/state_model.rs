@@ -1,4 +1,4 @@
-//! Model-based test of the CSI rules (SPEC.md §2, §3), with proptest-state-machine.
+//! Model-based test of the CSI rules (docs/rules.md §4, §5), with proptest-state-machine.
 //!
 //! The reference model is the rules written out as plainly as possible on plain maps:
 //! - plugins: its own plugin maps, updated by straightforward code per command (the
@@ -62,7 +62,7 @@ const ATTACH: [Attach; 3] = [Attach::Unknown, Attach::BlockDevice, Attach::FileS
 // The rules as plain data.
 // ---------------------------------------------------------------------------------
 
-/// SPEC §2 "Free claims by access mode", given the volume's current readers and
+/// docs/rules.md §4.8 "Free claims", given the volume's current readers and
 /// writers: (a read claim is free, a write claim is free).
 fn free_claims(mode: Access, readers: usize, writers: usize) -> (bool, bool) {
     let none = readers == 0 && writers == 0;
@@ -324,6 +324,7 @@ impl Model {
                     self.claim(index, c)?;
                 }
             }
+            other => panic!("the model does not know {}", other.kind()),
         }
         self.finish_plugins(&before.plugins, index);
         // A table whose rows changed takes this index; the others keep theirs.

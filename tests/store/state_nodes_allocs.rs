@@ -1,7 +1,7 @@
-//! Node and allocation writes (SPEC.md §2 "Upsert node", "Delete nodes", node status,
-//! drain and eligibility, "Upsert allocs", "Delete allocs"), stale indexes, failed
-//! writes, determinism, and a reference model of the plugin rules fed generated
-//! command sequences. Driven only through commands.
+//! Node and allocation writes (docs/rules.md §4.1 upsert node, §4.2 delete nodes, §4.3
+//! node status, drain and eligibility, §4.4 upsert allocs, §4.5 delete allocs), stale
+//! indexes, failed writes, determinism, and a reference model of the plugin rules fed
+//! generated command sequences. Driven only through commands.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -1039,7 +1039,7 @@ fn determinism_two_stores_fed_same_commands_have_identical_bytes() {
     }
 }
 
-/// The plugin rules of SPEC.md §2, written as plainly as possible.
+/// The plugin rules of docs/rules.md §4, written as plainly as possible.
 #[derive(Debug, Clone, Default)]
 struct Model {
     last_applied: u64,

@@ -1,5 +1,5 @@
-//! Plugin derivation (SPEC.md §2 "Upsert node", §1 CsiPlugin, §3 plugin reads and
-//! denormalize), driven only through commands: plugins are created by upserting nodes
+//! Plugin derivation (docs/rules.md §4.1 upsert node, §3 CsiPlugin, §5 plugin reads and
+//! denormalization), driven only through commands: plugins are created by upserting nodes
 //! with fingerprints, as production does.
 
 use std::sync::Arc;
@@ -207,8 +207,9 @@ fn plugin_provider_and_version_follow_fingerprints() {
     );
     assert_eq!(p.modify_index, 3);
 
-    // SPEC: the plugin's provider and version are set from every fingerprint applied to
-    // an existing plugin, even one too unhealthy to be recorded as an instance.
+    // docs/rules.md §4.1: the plugin's provider and version are set from every
+    // fingerprint applied to an existing plugin, even one too unhealthy to be recorded as
+    // an instance.
     up(
         &store,
         4,
@@ -377,10 +378,11 @@ fn plugin_fingerprint_with_both_halves_applies_to_both_maps() {
     assert_eq!(p.modify_index, 2);
 }
 
-/// SPEC: "A fingerprint carrying both halves applies to both maps. Then the removal
-/// sweep, separately per kind: every plugin holding a controller entry for n whose id
-/// is not in n's new controller map loses that entry." A monolith fingerprint filed
-/// only in the node map therefore ends up as a node entry only.
+/// docs/rules.md §4.1: an entry of a node's controller map must carry a controller half,
+/// an entry of its node map a node half, and a second half the fingerprint carries needs
+/// an entry of the plugin in the other map (a monolith is filed in both); otherwise the
+/// upsert is refused with `FingerprintHalves`. Each map's entry is applied as the
+/// instance of that map's kind only.
 #[test]
 fn plugin_fingerprint_halves_must_match_their_maps() {
     let store = StateStore::new();

@@ -1,5 +1,5 @@
 //! Volume registration, deregistration, denormalization, volume reads and the
-//! `csi_volumes` table index (SPEC §2 "Register volumes", "Deregister volumes", §3).
+//! `csi_volumes` table index (docs/rules.md §4.6, §4.7, §5).
 
 use std::sync::Arc;
 
@@ -152,7 +152,7 @@ fn register_with_changed_plugin_id_is_volume_identity_changed() {
 
 #[test]
 fn register_when_the_plugin_provider_changed_is_volume_identity_changed() {
-    // SPEC: "if external id, plugin id or provider differ → identity cannot be updated".
+    // docs/rules.md §4.6: the identity (external id, plugin id, provider) must not change.
     let mut h = cluster_with(&["vol-1"]);
     h.upsert_node(client(
         "n2",

@@ -17,7 +17,8 @@ use crate::output::{CliError, bytes, emit, open_read, thousands};
 pub enum SnapshotCmd {
     /// Write the state of DIR to FILE (atomically: a temporary file, then a rename).
     Save(FileArgs),
-    /// Check FILE and make it the state of DIR, which must be empty or not exist.
+    /// Check FILE and make it the state of DIR (created if missing); files it held are
+    /// moved into DIR/replaced-N, never deleted. Refused while a writer holds DIR.
     Restore(FileArgs),
 }
 

@@ -1,4 +1,4 @@
-//! Benchmarks of the generic MVCC engine (`schedstate::db`).
+//! Benchmarks of the generic MVCC engine (crate `schedstate-engine`).
 //!
 //! Dataset: one table of 100,000 rows keyed by UUID-like 36-character ids, each row a
 //! small struct with an id and a `node` field, plus a non-unique secondary index on

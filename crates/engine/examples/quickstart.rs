@@ -1,4 +1,4 @@
-//! A tour of the schedstate engine (`schedstate::db`): tables and an index, write
+//! A tour of the schedstate engine (crate `schedstate-engine`): tables and an index, write
 //! transactions at log indexes, O(1) snapshots, scans, and a blocking wait on one key.
 //!
 //! Run it with `cargo run --release --example quickstart`.

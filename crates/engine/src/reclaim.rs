@@ -56,8 +56,10 @@ impl Drop for PinnedRoot {
     }
 }
 
-/// Drops one reference to a version; if it was the last, frees the version on the
-/// writer's side of the database (or here when no write is in progress).
+/// Drops one reference to a version; if it was the last, parks the version for the
+/// writer to free (always, even when no write is in progress: the writer lock is free
+/// between a busy writer's transactions, so freeing "when it is free" ran on readers
+/// anyway). Only a version whose database is gone is freed here.
 pub(crate) fn retire(arc: Arc<Root>) {
     let Some(root) = Arc::into_inner(arc) else {
         return; // someone else still reads this version

@@ -205,7 +205,7 @@ pub fn apply_checked(store: &StateStore, index: u64, cmd: &Command) -> Result<Co
 }
 
 /// Read-side checks of one version: exact lookups never match a prefix, prefix and
-/// index queries agree with full scans, denormalization is pure and follows SPEC §3.
+/// index queries agree with full scans, denormalization is pure and follows docs/rules.md §5.
 pub fn check_reads(v: &StateView<'_>) {
     let plugins: Vec<_> = v.csi_plugins().collect();
     for p in &plugins {
@@ -341,7 +341,7 @@ pub fn check_reads(v: &StateView<'_>) {
     }
 }
 
-/// A denormalized volume against SPEC §3.
+/// A denormalized volume against docs/rules.md §5.
 fn check_denormalized(v: &StateView<'_>, stored: &CsiVolume, d: &CsiVolume) {
     let at = format!("volume {}/{}", stored.namespace, stored.id);
     match v.csi_plugin(&stored.plugin_id) {

@@ -2,7 +2,7 @@
 //! bytes and panics when a property breaks.
 //!
 //! Compiled into the `schedstate_fuzz` library (behind the libFuzzer targets and their
-//! plain replay binaries) and into `tests/fuzz_regressions.rs` (with `#[path]`), so a
+//! plain replay binaries) and into `tests/store/fuzz_regressions.rs` (with `#[path]`), so a
 //! committed seed means the same thing everywhere.
 
 pub mod commands;

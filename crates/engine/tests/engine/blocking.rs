@@ -32,12 +32,25 @@ fn query_a(
     }
 }
 
-/// Runs `f` on another thread once `go` is received.
-fn after(go: mpsc::Receiver<()>, f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+/// Runs `f` on another thread once `go` is received; the thread returns the instant
+/// `f` finished (its commits published).
+fn after(go: mpsc::Receiver<()>, f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<Instant> {
     thread::spawn(move || {
         go.recv().unwrap();
         f();
+        Instant::now()
     })
+}
+
+/// A negative test proves something only if the unrelated write landed while the query
+/// was waiting: a write that is slow enough to land after the wait ended must fail it,
+/// not let it pass.
+#[track_caller]
+fn assert_landed_during_the_wait(committed: Instant, answered: Instant) {
+    assert!(
+        committed < answered,
+        "the unrelated write committed after the query answered: the test proved nothing"
+    );
 }
 
 /// The query answers index 0 (nothing was ever written), which does not exceed min
@@ -111,7 +124,12 @@ fn unrelated_commit_does_not_answer_early() {
             query_a(&fx, &runs, Some(go_tx)),
         )
         .unwrap();
-    writer.join().unwrap();
+    let answered = Instant::now();
+    assert_landed_during_the_wait(writer.join().unwrap(), answered);
+    assert!(
+        res.timed_out,
+        "answered without a change past the min index"
+    );
     assert!(start.elapsed() >= SHORT, "answered early");
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -272,7 +290,12 @@ async fn async_blocking_query_times_out_with_the_last_value() {
         )
         .await
         .unwrap();
-    writer.join().unwrap();
+    let answered = Instant::now();
+    assert_landed_during_the_wait(writer.join().unwrap(), answered);
+    assert!(
+        res.timed_out,
+        "answered without a change past the min index"
+    );
     assert!(start.elapsed() >= SHORT);
     assert_eq!(
         runs.load(Ordering::SeqCst),
