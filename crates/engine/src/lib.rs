@@ -14,6 +14,7 @@
 mod blocking;
 mod database;
 mod error;
+mod intervals;
 mod key;
 mod reclaim;
 mod registry;
@@ -21,6 +22,7 @@ mod root;
 mod schema;
 mod txn;
 mod view;
+mod waiters;
 mod watch;
 
 pub use blocking::{MAX_BLOCKING_WAIT, QueryOptions, QueryResult};

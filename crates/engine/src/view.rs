@@ -27,14 +27,6 @@ pub struct View<'a> {
 /// Bounds of a scan over encoded keys.
 type Range = (Bound<Vec<u8>>, Bound<Vec<u8>>);
 
-fn prefix_range(prefix: &[u8]) -> Range {
-    let hi = match prefix_successor(prefix) {
-        Some(end) => Bound::Excluded(end),
-        None => Bound::Unbounded,
-    };
-    (Bound::Included(prefix.to_vec()), hi)
-}
-
 impl<'a> View<'a> {
     fn map(&self, schema: u64, table: TableId, map: usize) -> Option<&'a RowMap> {
         if schema != self.root.schema.id {
@@ -57,15 +49,43 @@ impl<'a> View<'a> {
     }
 
     fn watch_range(&self, table: TableId, map: usize, range: &Range) {
+        let Some(ws) = self.watch else {
+            return;
+        };
+        // A range that is exactly "every key starting with p" is watched as that
+        // prefix: found by lookup instead of in the interval tree.
+        match range {
+            (Bound::Unbounded, Bound::Unbounded) => return self.watch_prefix(table, map, &[]),
+            (Bound::Included(lo), Bound::Excluded(hi))
+                if prefix_successor(lo).is_some_and(|end| end == *hi) =>
+            {
+                return self.watch_prefix(table, map, lo);
+            }
+            _ => {}
+        }
+        ws.add(
+            WatchItem::Range {
+                table,
+                map,
+                lo: range.0.clone(),
+                hi: range.1.clone(),
+            },
+            table,
+        );
+    }
+
+    /// Watches every key of the map that starts with `prefix`: the whole table for the
+    /// empty prefix of the primary map, otherwise a prefix item (looked up by the
+    /// changed key's own prefix, not scanned; see `registry.rs`).
+    fn watch_prefix(&self, table: TableId, map: usize, prefix: &[u8]) {
         if let Some(ws) = self.watch {
-            let item = if matches!(range, (Bound::Unbounded, Bound::Unbounded)) && map == 0 {
+            let item = if prefix.is_empty() && map == 0 {
                 WatchItem::Table { table }
             } else {
-                WatchItem::Range {
+                WatchItem::Prefix {
                     table,
                     map,
-                    lo: range.0.clone(),
-                    hi: range.1.clone(),
+                    prefix: Key::from_encoded(prefix),
                 }
             };
             ws.add(item, table);
@@ -127,7 +147,8 @@ impl<'a> View<'a> {
     }
 
     /// Rows whose key in `index` is exactly `key` (for a non-unique index: every row
-    /// with that value), in index order. Watches that key's range.
+    /// with that value), in index order. Watches that index value: a commit wakes the
+    /// watch only if it adds, changes or removes a row with that value.
     pub fn index_eq<V: Any + Send + Sync>(&self, index: Index<V>, key: &[u8]) -> Rows<'a, V> {
         if index.unique {
             self.watch_key(index.table, index.map, key);
@@ -185,9 +206,7 @@ impl<'a> View<'a> {
         map: usize,
         prefix: &[u8],
     ) -> Rows<'a, V> {
-        if self.watch.is_some() {
-            self.watch_range(table, map, &prefix_range(prefix));
-        }
+        self.watch_prefix(table, map, prefix);
         let inner = match self.map(schema, table, map) {
             Some(m) => RowsInner::Prefix(
                 m.range::<_, KeyBytes>((Bound::Included(KeyBytes::new(prefix)), Bound::Unbounded)),

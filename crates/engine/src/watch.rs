@@ -38,7 +38,16 @@ pub(crate) enum WatchItem {
         map: usize,
         key: Key,
     },
-    /// A range of keys of one map.
+    /// Every key of one map that starts with `prefix` (an `index_eq` of a
+    /// non-unique index, whose entries are `value ‖ primary key`, or any prefix scan).
+    /// Registered under the prefix itself, so a commit finds it with a lookup of the
+    /// changed key's own prefix instead of comparing it with every watched range.
+    Prefix {
+        table: TableId,
+        map: usize,
+        prefix: Key,
+    },
+    /// A range of keys of one map, other than a prefix.
     Range {
         table: TableId,
         map: usize,

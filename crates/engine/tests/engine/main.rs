@@ -5,5 +5,6 @@
 mod blocking;
 mod concurrency;
 mod model;
+mod registry;
 mod support;
 mod watch;
