@@ -19,6 +19,21 @@ pub struct Flags {
     pub seed: u64,
     pub json: Option<String>,
     pub dataset_check: bool,
+    /// Which phases run: the peer's whole workload, or only the waiters probe.
+    pub phase: Phase,
+    /// Waiter counts of the waiters probe.
+    pub waiters: Vec<usize>,
+    /// Timed commits per line of the waiters probe.
+    pub waiter_commits: usize,
+}
+
+/// `-phase`: what the binary runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The peer's workload (`bench.go`), every phase in its order.
+    All,
+    /// Only the waiters probe (`waiters/main.go`, issue 15).
+    Waiters,
 }
 
 impl Default for Flags {
@@ -41,6 +56,9 @@ impl Default for Flags {
             seed: 42,
             json: None,
             dataset_check: false,
+            phase: Phase::All,
+            waiters: vec![0, 1000, 10_000, 20_000, 50_000],
+            waiter_commits: 2000,
         }
     }
 }
@@ -48,7 +66,7 @@ impl Default for Flags {
 const USAGE: &str = "usage: workload [-nodes N] [-allocs-per-node N] [-plugins N] [-batch N] \
 [-volumes N] [-txns N] [-snapshot-ops N] [-reads N] [-scans N] [-denorm-reps N] \
 [-wake-rounds N] [-wake-many-rounds N] [-concurrent-secs S] [-mem-txns N] [-seed N] \
-[-json PATH] [-dataset-check]";
+[-json PATH] [-dataset-check] [-phase all|waiters] [-waiters N,N,...] [-waiter-commits N]";
 
 pub fn parse_flags(args: &[String]) -> Result<Flags, String> {
     let mut f = Flags::default();
@@ -116,6 +134,21 @@ pub fn parse_flags(args: &[String]) -> Result<Flags, String> {
                     .map_err(|e| format!("-seed {value:?}: {e}"))?;
             }
             "json" => f.json = Some(value),
+            "phase" => {
+                f.phase = match value.as_str() {
+                    "all" => Phase::All,
+                    "waiters" => Phase::Waiters,
+                    _ => return Err(format!("-phase {value:?}: all or waiters\n{USAGE}")),
+                };
+            }
+            "waiters" => {
+                f.waiters = value
+                    .split(',')
+                    .filter(|v| !v.is_empty())
+                    .map(num)
+                    .collect::<Result<_, _>>()?;
+            }
+            "waiter-commits" => f.waiter_commits = num(&value)?,
             "cpuprofile" => eprintln!("# note: -cpuprofile is not supported here (use perf)"),
             _ => return Err(format!("unknown flag -{name}\n{USAGE}")),
         }

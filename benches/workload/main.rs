@@ -8,7 +8,12 @@
 //! cargo bench --bench workload -- -nodes 2000 -json /tmp/rs.json
 //! cargo bench --bench workload -- -dataset-check    # only the dataset line
 //! scripts/compare-peer.sh                           # both peers, side by side
+//! cargo bench --bench workload -- -phase waiters -waiters 0,1000,10000,50000
 //! ```
+//!
+//! `-phase waiters` runs only the port of the peer's waiters probe
+//! (`../shared/peers/go-memdb/waiters/`): commit cost with N parked blocking queries
+//! (`waiters.rs`).
 //!
 //! Where the port differs from the Go program, and why (each also printed as a
 //! `# note` line next to its result):
@@ -37,7 +42,8 @@
 //! Layout: `flags`, `dataset` (with the shared `../common/splitmix.rs`), `report` (line
 //! format, foreign load, JSON), `alloc_counter` (the counting allocator, memory
 //! figures), `store` (the context and write helpers the phases share), and the phases
-//! in groups, run in this order: `load`, `reads`, `writes`, `watches`, `concurrent`.
+//! in groups, run in this order: `load`, `reads`, `writes`, `watches`, `concurrent`;
+//! `waiters` on its own (`-phase waiters`).
 
 #[path = "../common/splitmix.rs"]
 mod splitmix;
@@ -50,6 +56,7 @@ mod load;
 mod reads;
 mod report;
 mod store;
+mod waiters;
 mod watches;
 mod writes;
 
@@ -59,10 +66,10 @@ use std::time::Instant;
 
 use crate::alloc_counter::{live_bytes, mib, rss_bytes};
 use crate::dataset::Dataset;
-use crate::flags::{Flags, parse_flags};
+use crate::flags::{Flags, Phase, parse_flags};
 use crate::report::Reporter;
 
-/// The whole workload, phase groups in the peer's order.
+/// The whole workload, phase groups in the peer's order (or only the waiters probe).
 fn run(f: &Flags) {
     let start = Instant::now();
     let threads = thread::available_parallelism().map_or(0, |n| n.get());
@@ -90,11 +97,16 @@ fn run(f: &Flags) {
     let objs = ds.objects();
     let mut rep = Reporter::new();
 
-    let mut ctx = load::run(&mut rep, f, &ds, objs);
-    reads::run(&ctx, &mut rep, f);
-    writes::run(&mut ctx, &mut rep, f);
-    watches::run(&mut ctx, &mut rep, f);
-    concurrent::run(&mut ctx, &mut rep, f);
+    match f.phase {
+        Phase::All => {
+            let mut ctx = load::run(&mut rep, f, &ds, objs);
+            reads::run(&ctx, &mut rep, f);
+            writes::run(&mut ctx, &mut rep, f);
+            watches::run(&mut ctx, &mut rep, f);
+            concurrent::run(&mut ctx, &mut rep, f);
+        }
+        Phase::Waiters => waiters::run(&mut rep, f, &ds, &objs.1),
+    }
 
     println!(
         "# alloc live_mib={} rss_mib={}",
@@ -164,4 +176,12 @@ fn main() {
         return;
     }
     run(&flags);
+    if smoke {
+        run(&Flags {
+            phase: Phase::Waiters,
+            waiters: vec![0, 300],
+            waiter_commits: 50,
+            ..flags
+        });
+    }
 }
