@@ -2,7 +2,7 @@
 //! and the offline operations on a whole directory: list, save a snapshot file,
 //! restore one in place of the directory's state, remove the directory.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -10,7 +10,7 @@ use crate::state::{StateSnapshot, StateStore};
 
 use super::durable::{DurableStore, Options};
 use super::error::{IoContext, PersistError, Result};
-use super::fsutil::{sync_dir, write_atomically};
+use super::fs::{self, write_atomically};
 use super::lock::{DirLock, LOCK_FILE};
 use super::snapshot::{SNAPSHOT_MAGIC, SnapshotHeader};
 use super::wal::{WAL_MAGIC, parse_segment_name};
@@ -48,7 +48,8 @@ pub enum FileKind {
     Lock,
     /// A file being written atomically (or left by a crash while it was).
     Temporary,
-    /// A folder of files set aside by a restore.
+    /// A folder of files set aside by a restore (`replaced-N`) or a repair
+    /// (`damaged-N`).
     SetAside,
     /// Anything else: not the store's.
     Other,
@@ -65,7 +66,9 @@ impl FileKind {
             FileKind::Lock
         } else if name.ends_with(".tmp") {
             FileKind::Temporary
-        } else if name.starts_with(REPLACED_PREFIX) {
+        } else if name.starts_with(REPLACED_PREFIX)
+            || name.starts_with(super::repair::DAMAGED_PREFIX)
+        {
             FileKind::SetAside
         } else {
             FileKind::Other
@@ -107,7 +110,7 @@ pub struct DirFile {
 /// # Errors
 /// [`PersistError::Io`] if the directory cannot be read.
 pub fn list_files(dir: &Path) -> Result<Vec<DirFile>> {
-    let mut paths: Vec<PathBuf> = fs::read_dir(dir)
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .at(dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
@@ -117,7 +120,7 @@ pub fn list_files(dir: &Path) -> Result<Vec<DirFile>> {
         let Some(name) = path.file_name().and_then(|n| n.to_str()).map(str::to_owned) else {
             continue;
         };
-        let Ok(meta) = fs::metadata(&path) else {
+        let Ok(meta) = std::fs::metadata(&path) else {
             continue;
         };
         let kind = FileKind::of(&name);
@@ -206,17 +209,33 @@ pub fn restore_data_dir(dir: &Path, snapshot: &Path) -> Result<RestoreReport> {
             path: dir.to_path_buf(),
         });
     }
-    fs::create_dir_all(dir).at(dir)?;
+    fs::create_dir_all(dir)?;
     let set_aside = {
         let _lock = DirLock::acquire(dir)?;
-        let set_aside = set_aside(dir)?;
+        let set_aside = SetAside::move_out(dir)?;
         let target = dir.join(snapshot_name(header.last_applied));
-        let mut source = File::open(snapshot).at(snapshot)?;
-        write_atomically(&target, |out| {
-            std::io::copy(&mut source, out).at(snapshot)?;
-            Ok(())
-        })?;
-        set_aside
+        let written = File::open(snapshot).at(snapshot).and_then(|mut source| {
+            write_atomically(&target, |out| {
+                std::io::copy(&mut source, out).at(snapshot)?;
+                Ok(())
+            })
+        });
+        if let Err(e) = written {
+            // Put the old state back: the directory must open as it was. The new
+            // snapshot may be in place already (a failed directory fsync after the
+            // rename): it goes first, or it would mix with the old log.
+            if target.exists()
+                && let Err(remove) = fs::remove_file(&target)
+            {
+                tracing::error!(error = %remove, "could not remove a half-restored snapshot");
+                return Err(e);
+            }
+            if let Some(set_aside) = set_aside {
+                set_aside.undo(dir);
+            }
+            return Err(e);
+        }
+        set_aside.map(|s| s.folder)
     };
     let (opened, report) = DurableStore::open(dir, Options::default())?;
     let same = opened.snapshot().canonical_bytes()? == scratch.snapshot().canonical_bytes()?;
@@ -233,34 +252,69 @@ pub fn restore_data_dir(dir: &Path, snapshot: &Path) -> Result<RestoreReport> {
     Ok(RestoreReport { header, set_aside })
 }
 
-/// Moves the snapshot and log files of `dir` into a new `dir/replaced-N`. Returns
-/// that folder, or `None` when there was nothing to move. Refuses a directory holding
-/// files that are not the store's. The caller holds the lock.
-fn set_aside(dir: &Path) -> Result<Option<PathBuf>> {
-    let mut files = Vec::new();
-    for f in list_files(dir)? {
-        match f.kind {
-            FileKind::Lock | FileKind::SetAside => {}
-            FileKind::Other => return Err(PersistError::ForeignFile { path: f.path }),
-            _ => files.push(f.path),
+/// The files a restore moved out of a data directory, into `folder`.
+struct SetAside {
+    folder: PathBuf,
+    moved: Vec<(PathBuf, PathBuf)>,
+}
+
+impl SetAside {
+    /// Moves the snapshot and log files of `dir` into a new `dir/replaced-N`; `None`
+    /// when there was nothing to move. Refuses a directory holding files that are not
+    /// the store's. The caller holds the lock. All or nothing, as far as the disk lets
+    /// it: if a move fails, the files already moved are moved back.
+    fn move_out(dir: &Path) -> Result<Option<SetAside>> {
+        let mut files = Vec::new();
+        for f in list_files(dir)? {
+            match f.kind {
+                FileKind::Lock | FileKind::SetAside => {}
+                FileKind::Other => return Err(PersistError::ForeignFile { path: f.path }),
+                _ => files.push(f.path),
+            }
+        }
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let folder = (1..)
+            .map(|n| dir.join(format!("{REPLACED_PREFIX}{n}")))
+            .find(|p| !p.exists())
+            .unwrap_or_else(|| dir.join(REPLACED_PREFIX));
+        fs::create_dir(&folder)?;
+        let mut set_aside = SetAside {
+            folder,
+            moved: Vec::new(),
+        };
+        let outcome = (|| {
+            for file in &files {
+                if let Some(name) = file.file_name() {
+                    let to = set_aside.folder.join(name);
+                    fs::rename(file, &to)?;
+                    set_aside.moved.push((file.clone(), to));
+                }
+            }
+            fs::sync_dir(&set_aside.folder)?;
+            fs::sync_dir(dir)
+        })();
+        match outcome {
+            Ok(()) => Ok(Some(set_aside)),
+            Err(e) => {
+                set_aside.undo(dir);
+                Err(e)
+            }
         }
     }
-    if files.is_empty() {
-        return Ok(None);
-    }
-    let folder = (1..)
-        .map(|n| dir.join(format!("{REPLACED_PREFIX}{n}")))
-        .find(|p| !p.exists())
-        .unwrap_or_else(|| dir.join(REPLACED_PREFIX));
-    fs::create_dir(&folder).at(&folder)?;
-    for file in files {
-        if let Some(name) = file.file_name() {
-            fs::rename(&file, folder.join(name)).at(&file)?;
+
+    /// Moves the files back (best effort: a file that cannot be moved back stays in
+    /// the folder, named in the log) and removes the folder if it is empty.
+    fn undo(self, dir: &Path) {
+        for (from, to) in self.moved.iter().rev() {
+            if let Err(e) = fs::rename(to, from) {
+                tracing::error!(error = %e, file = %to.display(), "could not move a set-aside file back");
+            }
         }
+        let _ = fs::remove_dir(&self.folder);
+        let _ = fs::sync_dir(dir);
     }
-    sync_dir(&folder)?;
-    sync_dir(dir)?;
-    Ok(Some(folder))
 }
 
 /// Deletes the data directory `dir` and everything the store keeps in it, if no
@@ -291,11 +345,21 @@ pub fn remove_data_dir(dir: &Path) -> Result<()> {
             path: other.path.clone(),
         });
     }
-    for f in files.iter().filter(|f| f.kind != FileKind::Lock) {
-        fs::remove_file(&f.path).at(&f.path)?;
+    // Newest log segments first, then older ones, then snapshots: a removal that stops
+    // halfway leaves a directory that still opens (with a shorter log), and running it
+    // again finishes the job.
+    let rank = |kind: &FileKind| match kind {
+        FileKind::LogSegment { seq } => (0, u64::MAX - seq),
+        FileKind::Snapshot { index } => (1, u64::MAX - index),
+        _ => (2, 0),
+    };
+    let mut doomed: Vec<&DirFile> = files.iter().filter(|f| f.kind != FileKind::Lock).collect();
+    doomed.sort_by_key(|f| rank(&f.kind));
+    for f in doomed {
+        fs::remove_file(&f.path)?;
     }
     let lock_path = lock.path().to_path_buf();
     drop(lock);
-    fs::remove_file(&lock_path).at(&lock_path)?;
-    fs::remove_dir(dir).at(dir)
+    fs::remove_file(&lock_path)?;
+    fs::remove_dir(dir)
 }

@@ -7,7 +7,6 @@
 //! point (the writer pauses only to take an O(1) snapshot and start a new segment),
 //! then writes the snapshot and deletes what it covers in the background.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,13 +18,13 @@ use crate::state::writes::typed_writes;
 use crate::state::{Command, Commit, StateReader, StateSnapshot, StateStore};
 
 use super::data_dir::snapshot_name;
-use super::error::{IoContext, PersistError, Result};
-use super::fsutil::{sync_dir, write_atomically};
+use super::error::{PersistError, Result};
+use super::fs;
 use super::lock::DirLock;
 pub use super::recover::{OpenReport, TornTail};
 use super::recover::{list, recover};
 use super::snapshot::write_snapshot;
-use super::wal::{EncodedRecord, SEGMENT_HEADER_LEN, SegmentWriter};
+use super::wal::{AppendError, EncodedRecord, SEGMENT_HEADER_LEN, SegmentWriter, segment_path};
 
 /// When a commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,6 +69,9 @@ struct Inner {
     group: GroupSync,
     compacting: Arc<AtomicBool>,
     compactor: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// Why the store refuses writes, once a failure left it unable to promise
+    /// durability (see `ARCHITECTURE.md`, "When the disk fails").
+    poisoned: Mutex<Option<String>>,
     _lock: DirLock,
 }
 
@@ -134,24 +136,26 @@ impl DurableStore {
         if dir.exists() && !dir.is_dir() {
             return Err(PersistError::NotADirectory { path: dir });
         }
-        fs::create_dir_all(&dir).at(&dir)?;
+        fs::create_dir_all(&dir)?;
         let lock = DirLock::acquire(&dir)?;
 
+        // Nothing below destroys anything recovery needs: a failed step leaves the
+        // directory as it found it, or halfway through a repair the next open redoes.
         let recovered = recover(&dir)?;
         for tmp in &recovered.listing.temporaries {
-            fs::remove_file(tmp).at(tmp)?;
+            fs::remove_file(tmp)?;
         }
         let last_applied = recovered.report.last_applied;
         let writer = match recovered.tail.clone() {
             Some((seq, path, len, last, torn_header)) => {
                 if torn_header {
-                    fs::remove_file(&path).at(&path)?;
+                    fs::remove_file(&path)?;
                     SegmentWriter::create(&dir, seq, last_applied)?
                 } else {
                     if recovered.report.torn_tail.is_some() {
-                        let file = fs::OpenOptions::new().write(true).open(&path).at(&path)?;
-                        file.set_len(len).at(&path)?;
-                        file.sync_all().at(&path)?;
+                        let file = fs::open_append(&path)?;
+                        fs::set_len(&file, &path, len)?;
+                        fs::sync_all(&file, &path)?;
                         tracing::warn!(path = %path.display(), offset = len, "truncated a torn log record");
                     }
                     let writer = SegmentWriter::reopen(path, seq, len, last)?;
@@ -174,6 +178,7 @@ impl DurableStore {
             group: GroupSync::default(),
             compacting: Arc::new(AtomicBool::new(false)),
             compactor: Mutex::new(None),
+            poisoned: Mutex::new(None),
             _lock: lock,
         };
         tracing::info!(
@@ -237,6 +242,7 @@ impl DurableStore {
     /// The command's [`StateError`](crate::state::StateError), or an I/O error of the
     /// log (the write is then abandoned: not applied, not logged).
     pub fn apply(&self, index: u64, command: &Command) -> Result<Commit> {
+        self.refuse_if_poisoned()?;
         let mut logged_at = (0, 0);
         let info = self.inner.store.apply_with(index, command, || {
             self.log(&mut logged_at, |wal| wal.append(index, command))
@@ -253,6 +259,7 @@ impl DurableStore {
     /// # Errors
     /// As [`apply`](Self::apply).
     pub fn apply_owned(&self, index: u64, command: Command) -> Result<Commit> {
+        self.refuse_if_poisoned()?;
         let record = EncodedRecord::new(index, &command)?;
         let mut logged_at = (0, 0);
         let info = self.inner.store.apply_owned_with(index, command, || {
@@ -264,19 +271,62 @@ impl DurableStore {
 
     typed_writes!(PersistError);
 
+    /// Why the store refuses writes, if an earlier failure poisoned it.
+    pub fn poisoned(&self) -> Option<String> {
+        self.inner.poisoned.lock().clone()
+    }
+
+    fn refuse_if_poisoned(&self) -> Result<()> {
+        match &*self.inner.poisoned.lock() {
+            Some(cause) => Err(PersistError::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes the store refuse every later write (the first cause is kept).
+    fn poison(&self, cause: &PersistError) {
+        let mut poisoned = self.inner.poisoned.lock();
+        if poisoned.is_none() {
+            tracing::error!(error = %cause, "the store refuses writes until it is reopened");
+            *poisoned = Some(cause.to_string());
+        }
+    }
+
     /// The `before_publish` hook of a write: appends its record (and fsyncs under
     /// `EveryCommit`), remembering where it ended for the group sync.
+    ///
+    /// A failed write is cut back and the store carries on; a failed fsync poisons it
+    /// (after one, what the kernel will write back is unknown), after cutting the
+    /// record off so that a reopen does not find a write its caller saw fail.
     fn log(
         &self,
         logged_at: &mut (u64, u64),
-        append: impl FnOnce(&mut SegmentWriter) -> Result<u64>,
+        append: impl FnOnce(&mut SegmentWriter) -> std::result::Result<u64, AppendError>,
     ) -> Result<()> {
         let inner = &*self.inner;
         let mut wal = inner.wal.lock();
-        let before = wal.len;
-        let end = append(&mut wal)?;
-        if inner.options.sync == SyncPolicy::EveryCommit {
-            wal.sync()?;
+        // Checked again under the log's lock: a writer that was poisoned while this one
+        // applied its command must not append after the damage.
+        self.refuse_if_poisoned()?;
+        let (before, before_index) = (wal.len, wal.last_index);
+        let end = match append(&mut wal) {
+            Ok(end) => end,
+            Err(AppendError { error, poisoned }) => {
+                if poisoned {
+                    self.poison(&error);
+                }
+                return Err(error);
+            }
+        };
+        if inner.options.sync == SyncPolicy::EveryCommit
+            && let Err(error) = wal.sync()
+        {
+            let _ = wal.cut_back(before);
+            wal.last_index = before_index;
+            self.poison(&error);
+            return Err(error);
         }
         *logged_at = (wal.seq, end);
         *inner.logged.lock() += end - before;
@@ -313,24 +363,30 @@ impl DurableStore {
             }
             g.done.wait(&mut state);
         }
+        if let Some(cause) = self.inner.poisoned.lock().clone() {
+            return Err(PersistError::Poisoned { cause });
+        }
         state.syncing = true;
         drop(state);
         let (target, handle) = {
             let wal = self.inner.wal.lock();
             ((wal.seq, wal.len), wal.sync_handle())
         };
-        let synced = handle.and_then(|f| {
-            f.sync_data().map_err(|source| PersistError::Io {
-                path: self.inner.dir.clone(),
-                source,
-            })
-        });
+        let synced = handle.and_then(|(f, path)| fs::sync_data(&f, &path));
+        if let Err(e) = &synced {
+            // Writes readers have seen may not be on disk: no later write may build
+            // on them. Their callers get this error (never an acknowledgement).
+            self.poison(e);
+        }
         let mut state = g.state.lock();
         state.syncing = false;
         if synced.is_ok() && target > state.synced {
             state.synced = target;
         }
         g.done.notify_all();
+        drop(state);
+        // A waiter woken by a failed sync finds its target not reached and the store
+        // poisoned.
         synced
     }
 
@@ -357,13 +413,7 @@ impl DurableStore {
     pub fn wait_for_compaction(&self) -> Result<()> {
         let handle = self.inner.compactor.lock().take();
         match handle {
-            Some(h) => h.join().unwrap_or_else(|_| {
-                Err(PersistError::Corrupt {
-                    path: self.inner.dir.clone(),
-                    offset: 0,
-                    reason: "the compaction thread panicked".into(),
-                })
-            }),
+            Some(h) => h.join().unwrap_or(Err(PersistError::CompactionPanicked)),
             None => Ok(()),
         }
     }
@@ -385,9 +435,24 @@ impl DurableStore {
         let cut = (|| -> Result<(StateSnapshot, u64)> {
             let (pause, snap) = inner.store.pause_writes();
             let mut wal = inner.wal.lock();
-            wal.sync()?;
-            let next = SegmentWriter::create(&inner.dir, wal.seq + 1, snap.view().last_applied())?;
-            let seq = next.seq;
+            self.refuse_if_poisoned()?;
+            if let Err(e) = wal.sync() {
+                self.poison(&e);
+                return Err(e);
+            }
+            let seq = wal.seq + 1;
+            let next = match SegmentWriter::create(&inner.dir, seq, snap.view().last_applied()) {
+                Ok(next) => next,
+                Err(e) => {
+                    // The log goes on in the current segment, unless the new one could
+                    // not be removed: records after it in the old one would be out of
+                    // order for recovery.
+                    if segment_path(&inner.dir, seq).exists() {
+                        self.poison(&e);
+                    }
+                    return Err(e);
+                }
+            };
             *wal = next;
             *inner.logged.lock() = 0;
             drop(wal);
@@ -443,22 +508,26 @@ impl DurableStore {
 
 /// Writes the snapshot of `snap`, then removes older snapshots and the segments before
 /// `first_kept`.
+///
+/// Any failure leaves the directory openable: until the new snapshot is in place (and
+/// its directory fsynced) nothing is removed, and afterwards every file left over is
+/// one recovery skips (an older snapshot, a segment the snapshot covers).
 fn write_and_prune(dir: &Path, snap: &StateSnapshot, first_kept: u64) -> Result<()> {
     let index = snap.view().last_applied();
     let path = dir.join(snapshot_name(index));
-    write_atomically(&path, |out| write_snapshot(snap, out, &path).map(|_| ()))?;
+    fs::write_atomically(&path, |out| write_snapshot(snap, out, &path).map(|_| ()))?;
     let listing = list(dir)?;
     for (i, old) in &listing.snapshots {
         if *i < index {
-            fs::remove_file(old).at(old)?;
+            fs::remove_file(old)?;
         }
     }
     for (seq, old) in &listing.segments {
         if *seq < first_kept {
-            fs::remove_file(old).at(old)?;
+            fs::remove_file(old)?;
         }
     }
-    sync_dir(dir)?;
+    fs::sync_dir(dir)?;
     tracing::info!(index, "compacted");
     Ok(())
 }

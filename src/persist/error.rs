@@ -115,9 +115,36 @@ pub enum PersistError {
     /// Encoding a value failed.
     #[error("encoding failed: {0}")]
     Encode(#[from] postcard::Error),
-    /// The log could not be repaired after a failed write; reopen the store.
-    #[error("the write-ahead log failed earlier and could not be repaired; reopen the store")]
-    LogPoisoned,
+    /// The disk is full (`ENOSPC`). The write that hit it was abandoned and the log
+    /// cut back; writes work again once there is space.
+    #[error("{path}: no space left on device")]
+    NoSpace {
+        /// The file or directory being written.
+        path: PathBuf,
+    },
+    /// Something to write exceeds what the format allows: a command too large for a log
+    /// record (it was not applied), a row too large for a snapshot (no snapshot was
+    /// written). Not damage: nothing on disk is wrong.
+    #[error("{what} of {bytes} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// What: "a log record", "a snapshot row", "a snapshot header".
+        what: &'static str,
+        /// Its encoded size.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The background compaction thread panicked (a bug); the log is intact.
+    #[error("the compaction thread panicked; the log is intact and the next compaction retries")]
+    CompactionPanicked,
+    /// An earlier failure left the store unable to promise durability (a failed fsync,
+    /// a log that could not be cut back): it refuses every write until it is reopened,
+    /// which reads the truth back from the disk. Reads of the published state go on.
+    #[error("the store refuses writes after an earlier failure ({cause}); reopen it")]
+    Poisoned {
+        /// The failure that poisoned it.
+        cause: String,
+    },
 }
 
 /// Shorthand for results of the durable store.
@@ -130,9 +157,17 @@ pub(crate) trait IoContext<T> {
 
 impl<T> IoContext<T> for std::result::Result<T, io::Error> {
     fn at(self, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| PersistError::Io {
-            path: path.to_path_buf(),
-            source,
+        self.map_err(|source| {
+            if source.kind() == io::ErrorKind::StorageFull {
+                PersistError::NoSpace {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                PersistError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            }
         })
     }
 }

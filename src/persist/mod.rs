@@ -10,14 +10,18 @@
 //!   exclusive lock), apply commands durably, compact.
 //! - the data directory's files by name ([`list_files`], [`FileKind`]) and the offline
 //!   operations on a whole directory ([`save_snapshot`], [`restore_data_dir`],
-//!   [`remove_data_dir`]).
+//!   [`remove_data_dir`], and [`repair_data_dir`] for one that no longer opens).
+//! - [`faults`]: the fault-injection seam every file operation goes through (feature
+//!   `fault-injection`; a no-op otherwise).
 
 mod data_dir;
 mod durable;
 mod error;
-mod fsutil;
+pub mod faults;
+mod fs;
 mod lock;
 mod recover;
+mod repair;
 mod snapshot;
 mod wal;
 
@@ -27,5 +31,6 @@ pub use data_dir::{
 };
 pub use durable::{DurableStore, OpenReport, Options, SyncPolicy, TornTail};
 pub use error::{PersistError, Result};
+pub use repair::{Dropped, RepairReport, repair_data_dir};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
 pub use wal::{WAL_MAGIC, WAL_VERSION};

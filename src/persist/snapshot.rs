@@ -108,10 +108,10 @@ pub(crate) fn write_snapshot<W: Write>(
     let header_len = u32::try_from(header_bytes.len())
         .ok()
         .filter(|n| *n <= MAX_HEADER)
-        .ok_or_else(|| PersistError::Corrupt {
-            path: path.to_path_buf(),
-            offset: 16,
-            reason: "snapshot header too large".into(),
+        .ok_or(PersistError::TooLarge {
+            what: "a snapshot header",
+            bytes: header_bytes.len() as u64,
+            limit: u64::from(MAX_HEADER),
         })?;
     let mut o = Output {
         w: out,
@@ -132,10 +132,10 @@ pub(crate) fn write_snapshot<W: Write>(
         let len = u32::try_from(buf.len())
             .ok()
             .filter(|n| *n <= MAX_ROW)
-            .ok_or_else(|| PersistError::Corrupt {
-                path: path.to_path_buf(),
-                offset: o.bytes,
-                reason: format!("row of {} bytes exceeds the row limit", buf.len()),
+            .ok_or(PersistError::TooLarge {
+                what: "a snapshot row",
+                bytes: buf.len() as u64,
+                limit: u64::from(MAX_ROW),
             })?;
         o.put(&len.to_le_bytes()).map_err(&e)?;
         o.put(&buf).map_err(&e)

@@ -17,14 +17,14 @@
 //! bad record in the last segment that is followed by a valid one (a damaged length
 //! can make a record look cut short; the valid record after it shows it is not).
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use crate::state::Command;
 
 use super::error::{IoContext, PersistError, Result};
-use super::fsutil::sync_dir;
+use super::fs;
 
 /// The first bytes of every log segment.
 pub const WAL_MAGIC: &[u8; 8] = b"SCHEDWAL";
@@ -75,31 +75,41 @@ pub(crate) struct SegmentWriter {
     pub(crate) len: u64,
     /// Index of the last record written (or the segment's previous index).
     pub(crate) last_index: u64,
-    /// A failed write could not be cut back: nothing more may be appended.
-    pub(crate) poisoned: bool,
     buf: Vec<u8>,
 }
 
+/// Why an append failed, and whether the segment is still good.
+#[derive(Debug)]
+pub(crate) struct AppendError {
+    pub(crate) error: PersistError,
+    /// The file could not be cut back to its last whole record: the segment must not
+    /// be appended to again (the store poisons itself).
+    pub(crate) poisoned: bool,
+}
+
 impl SegmentWriter {
-    /// Creates segment `seq` in `dir`, durable (file and directory fsynced).
+    /// Creates segment `seq` in `dir`, durable (file and directory fsynced). If a step
+    /// fails, the file is removed again (best effort: the caller checks with
+    /// [`segment_path`] whether it is gone).
     pub(crate) fn create(dir: &Path, seq: u64, prev_index: u64) -> Result<SegmentWriter> {
-        let path = dir.join(segment_name(seq));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .at(&path)?;
-        file.write_all(&segment_header(seq, prev_index)).at(&path)?;
-        file.sync_all().at(&path)?;
-        sync_dir(dir)?;
+        let path = segment_path(dir, seq);
+        let file = fs::create(&path)?;
+        let made = (|| {
+            fs::write_all(&file, &path, &segment_header(seq, prev_index))?;
+            fs::sync_all(&file, &path)?;
+            fs::sync_dir(dir)
+        })();
+        if let Err(e) = made {
+            drop(file);
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
         Ok(SegmentWriter {
             path,
             file,
             seq,
             len: SEGMENT_HEADER_LEN,
             last_index: prev_index,
-            poisoned: false,
             buf: Vec::new(),
         })
     }
@@ -111,23 +121,32 @@ impl SegmentWriter {
         len: u64,
         last_index: u64,
     ) -> Result<SegmentWriter> {
-        let file = OpenOptions::new().append(true).open(&path).at(&path)?;
+        let file = fs::open_append(&path)?;
         Ok(SegmentWriter {
             path,
             file,
             seq,
             len,
             last_index,
-            poisoned: false,
             buf: Vec::new(),
         })
     }
 
     /// Appends the record of `command` at `index`. On a failed write the file is cut
-    /// back to where it was, so no partial record is left before the next one; if even
-    /// that fails the segment is poisoned and refuses further appends.
-    pub(crate) fn append(&mut self, index: u64, command: &Command) -> Result<u64> {
-        let buf = encode_into(index, command, std::mem::take(&mut self.buf))?;
+    /// back to its last whole record (and the write position with it), so nothing of
+    /// the failed record is left before the next one; if even that fails, the error
+    /// says the segment is poisoned.
+    pub(crate) fn append(
+        &mut self,
+        index: u64,
+        command: &Command,
+    ) -> std::result::Result<u64, AppendError> {
+        let buf = encode_into(index, command, std::mem::take(&mut self.buf)).map_err(|error| {
+            AppendError {
+                error,
+                poisoned: false,
+            }
+        })?;
         let result = self.append_bytes(index, &buf);
         self.buf = buf;
         result
@@ -136,50 +155,63 @@ impl SegmentWriter {
     /// Appends a record encoded beforehand by [`EncodedRecord::new`] (for a command that
     /// has since been consumed by applying it). Same failure handling as
     /// [`append`](Self::append).
-    pub(crate) fn append_encoded(&mut self, index: u64, record: &EncodedRecord) -> Result<u64> {
+    pub(crate) fn append_encoded(
+        &mut self,
+        index: u64,
+        record: &EncodedRecord,
+    ) -> std::result::Result<u64, AppendError> {
         self.append_bytes(index, &record.bytes)
     }
 
-    /// Checks the size, fills in length and checksum, writes.
-    fn append_bytes(&mut self, index: u64, record: &[u8]) -> Result<u64> {
-        if self.poisoned {
-            return Err(PersistError::LogPoisoned);
-        }
+    /// Checks the size, writes, and cuts back on failure.
+    fn append_bytes(&mut self, index: u64, record: &[u8]) -> std::result::Result<u64, AppendError> {
         let payload_len = record.len() - RECORD_HEADER_LEN as usize;
         if u32::try_from(payload_len).map_or(true, |n| n > MAX_RECORD) {
-            return Err(PersistError::Corrupt {
-                path: self.path.clone(),
-                offset: self.len,
-                reason: format!("command of {payload_len} bytes exceeds the record limit"),
+            return Err(AppendError {
+                error: PersistError::TooLarge {
+                    what: "a log record",
+                    bytes: payload_len as u64,
+                    limit: u64::from(MAX_RECORD),
+                },
+                poisoned: false,
             });
         }
-        match self.file.write_all(record) {
+        match fs::write_all(&self.file, &self.path, record) {
             Ok(()) => {
                 self.len += record.len() as u64;
                 self.last_index = index;
                 Ok(self.len)
             }
-            Err(source) => {
-                if self.file.set_len(self.len).is_err() {
-                    self.poisoned = true;
-                }
-                Err(PersistError::Io {
-                    path: self.path.clone(),
-                    source,
-                })
+            Err(error) => {
+                let poisoned = self.cut_back(self.len).is_err();
+                Err(AppendError { error, poisoned })
             }
         }
     }
 
+    /// Cuts the file back to `len` bytes and moves the write position there (a file
+    /// not opened to append would otherwise write its next record after a hole).
+    pub(crate) fn cut_back(&mut self, len: u64) -> Result<()> {
+        fs::set_len(&self.file, &self.path, len)?;
+        self.file.seek(SeekFrom::Start(len)).at(&self.path)?;
+        self.len = len;
+        Ok(())
+    }
+
     /// Makes everything appended so far durable.
     pub(crate) fn sync(&self) -> Result<()> {
-        self.file.sync_data().at(&self.path)
+        fs::sync_data(&self.file, &self.path)
     }
 
     /// Another handle on the file, to fsync without holding the log.
-    pub(crate) fn sync_handle(&self) -> Result<File> {
-        self.file.try_clone().at(&self.path)
+    pub(crate) fn sync_handle(&self) -> Result<(File, PathBuf)> {
+        Ok((self.file.try_clone().at(&self.path)?, self.path.clone()))
     }
+}
+
+/// The path of segment `seq` in `dir`.
+pub(crate) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
+    dir.join(segment_name(seq))
 }
 
 /// The bytes of one log record (header and payload), encoded ahead of the write: what
@@ -409,4 +441,40 @@ fn valid_record_after(bytes: &[u8], from: u64) -> bool {
         p += 1;
     }
     false
+}
+
+/// The whole, checksummed, decodable records in `bytes` from `from` on, and the first
+/// and last of their indexes: what a repair reports as lost. Damaged bytes are stepped
+/// over one at a time; past a budget of checksummed bytes (only reachable with forged
+/// input) the count stops, a lower bound.
+pub(crate) fn decodable_records(bytes: &[u8], from: u64) -> (u64, Option<(u64, u64)>) {
+    let header = RECORD_HEADER_LEN as usize;
+    let mut budget = 4 * u64::from(MAX_RECORD);
+    let (mut count, mut range): (u64, Option<(u64, u64)>) = (0, None);
+    let mut p = from as usize;
+    while p + header <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+        let end = p + header + len.min(MAX_RECORD) as usize;
+        if len <= MAX_RECORD && end <= bytes.len() {
+            let cost = u64::from(len) + header as u64;
+            if cost > budget {
+                break;
+            }
+            budget -= cost;
+            let stored =
+                u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
+            let payload = &bytes[p + header..end];
+            if record_crc(len.to_le_bytes(), payload) == stored
+                && let Ok((index, _)) = postcard::from_bytes::<(u64, Command)>(payload)
+            {
+                count += 1;
+                range =
+                    Some(range.map_or((index, index), |(lo, hi)| (lo.min(index), hi.max(index))));
+                p = end;
+                continue;
+            }
+        }
+        p += 1;
+    }
+    (count, range)
 }

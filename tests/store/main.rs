@@ -12,7 +12,9 @@
 
 mod fuzz_regressions;
 mod persist_corruption;
+mod persist_faults;
 mod persist_golden;
+mod persist_repair;
 mod persist_roundtrip;
 mod state_blocking;
 mod state_claims;

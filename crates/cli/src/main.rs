@@ -1,6 +1,7 @@
 //! `schedstate`: a simulated cluster on a durable store (`demo`), and tools to look
 //! inside a data directory (`plugin status`, `volume status`, `node status`,
-//! `inspect`, `snapshot save` / `snapshot restore`).
+//! `inspect`, `snapshot save` / `snapshot restore`), and `repair` for one that no
+//! longer opens.
 //!
 //! Read commands load the directory with `DurableStore::open_read_only`: they take no
 //! lock and change no file, so they work while a demo is writing. Errors are one line
@@ -10,6 +11,7 @@ mod catalog;
 mod demo;
 mod inspect;
 mod output;
+mod repair_cmd;
 mod sim;
 mod snapshot_cmd;
 mod status;
@@ -61,6 +63,9 @@ enum Top {
     },
     /// Formats, indexes, row counts and files of a data directory.
     Inspect(inspect::InspectArgs),
+    /// Cut a data directory that no longer opens (damage in its log or snapshot) back
+    /// to its last provable state; the damaged files move to DIR/damaged-N.
+    Repair(repair_cmd::RepairArgs),
     /// Save the state of a data directory to a snapshot file, or start a data
     /// directory from one.
     Snapshot {
@@ -100,6 +105,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             command: NodeCmd::Status(args),
         } => status::node(&args),
         Top::Inspect(args) => inspect::run(&args),
+        Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),
     }
 }

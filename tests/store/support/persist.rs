@@ -198,7 +198,9 @@ pub fn kind(e: &PersistError) -> &'static str {
         PersistError::Replay { .. } => "Replay",
         PersistError::State(_) => "State",
         PersistError::Encode(_) => "Encode",
-        PersistError::LogPoisoned => "LogPoisoned",
+        PersistError::Poisoned { .. } => "Poisoned",
+        PersistError::NoSpace { .. } => "NoSpace",
+        PersistError::TooLarge { .. } => "TooLarge",
         _ => "other",
     }
 }
@@ -214,7 +216,8 @@ pub fn error_path(e: &PersistError) -> Option<&Path> {
         | PersistError::Checksum { path, .. }
         | PersistError::Corrupt { path, .. }
         | PersistError::MissingSegment { path, .. }
-        | PersistError::Replay { path, .. } => Some(path),
+        | PersistError::Replay { path, .. }
+        | PersistError::NoSpace { path } => Some(path),
         _ => None,
     }
 }

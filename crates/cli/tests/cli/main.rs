@@ -18,7 +18,9 @@ use support::{
 #[test]
 fn help_lists_every_command() {
     let help = ok(&["--help"]);
-    for cmd in ["demo", "plugin", "volume", "node", "inspect", "snapshot"] {
+    for cmd in [
+        "demo", "plugin", "volume", "node", "inspect", "repair", "snapshot",
+    ] {
         assert!(help.contains(cmd), "{cmd} missing from:\n{help}");
     }
 }
@@ -420,4 +422,40 @@ fn inspect_refuses_a_snapshot_that_breaks_an_invariant() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn repair_cuts_a_damaged_log_back_and_says_what_was_lost() {
+    let dir = TempDir::absent("repair");
+    demo(&dir, &["--sync", "never", "--steps", "300"]);
+    ok(&["repair", "--data", dir.arg()]);
+    let (_, last_applied) = load(&dir);
+    // Damage a byte in the middle of the last log segment.
+    let segment = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .max()
+        .expect("a log segment");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+    let e = fails(&["inspect", "--data", dir.arg()]);
+    assert!(e.contains(" at offset "), "{e}");
+
+    let out = ok(&["repair", "--data", dir.arg()]);
+    assert!(
+        out.contains("repaired; it now opens at last applied index"),
+        "{out}"
+    );
+    assert!(out.contains("cut back to"), "{out}");
+    assert!(out.contains("whole log record(s) lost, indexes"), "{out}");
+    assert!(out.contains("damaged-1"), "{out}");
+    let (_, repaired) = load(&dir);
+    assert!(repaired < last_applied, "{repaired} < {last_applied}");
+    ok(&["inspect", "--verify", "--data", dir.arg()]);
+    let again = ok(&["repair", "--data", dir.arg()]);
+    assert!(again.contains("nothing to repair"), "{again}");
 }

@@ -1,0 +1,162 @@
+//! The file-system seam: every operation the persistence layer performs that changes
+//! what is on disk, each asking [`faults::check`](super::faults) first (a no-op unless
+//! the `fault-injection` feature is on), with the path attached to any error. Reads
+//! (listing, scanning, loading) go to `std::fs` directly: they change nothing.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use super::error::{IoContext, Result};
+use super::faults::{self, Op, Verdict};
+
+/// Runs `f` unless a fault is injected for `op` on `path`.
+fn guarded<T>(op: Op, path: &Path, f: impl FnOnce() -> io::Result<T>) -> Result<T> {
+    match faults::check(op, path, 0) {
+        Verdict::Proceed => f().at(path),
+        Verdict::Fail(e) | Verdict::Short(_, e) => Err(e).at(path),
+    }
+}
+
+/// Creates `path` (or truncates it) for writing.
+pub(crate) fn create(path: &Path) -> Result<File> {
+    guarded(Op::Create, path, || {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+    })
+}
+
+/// Opens an existing file to append to it, or to cut it.
+pub(crate) fn open_append(path: &Path) -> Result<File> {
+    guarded(Op::Create, path, || {
+        OpenOptions::new().append(true).open(path)
+    })
+}
+
+/// Writes all of `bytes` to `file` at its position (or its end, if opened to append).
+/// A failure may leave a prefix of `bytes` written: the caller cuts it back.
+pub(crate) fn write_all(mut file: &File, path: &Path, bytes: &[u8]) -> Result<()> {
+    match faults::check(Op::Write, path, bytes.len()) {
+        Verdict::Proceed => file.write_all(bytes).at(path),
+        Verdict::Fail(e) => Err(e).at(path),
+        Verdict::Short(n, e) => {
+            file.write_all(&bytes[..n]).at(path)?;
+            Err(e).at(path)
+        }
+    }
+}
+
+/// Flushes a file's data to disk (`fdatasync`).
+pub(crate) fn sync_data(file: &File, path: &Path) -> Result<()> {
+    guarded(Op::Sync, path, || file.sync_data())
+}
+
+/// Flushes a file's data and metadata to disk (`fsync`).
+pub(crate) fn sync_all(file: &File, path: &Path) -> Result<()> {
+    guarded(Op::Sync, path, || file.sync_all())
+}
+
+/// Fsyncs a directory, so that creations, renames and deletions in it survive a crash.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    guarded(Op::SyncDir, dir, || {
+        File::open(dir).and_then(|d| d.sync_all())
+    })
+}
+
+/// Cuts `file` to `len` bytes.
+pub(crate) fn set_len(file: &File, path: &Path, len: u64) -> Result<()> {
+    guarded(Op::SetLen, path, || file.set_len(len))
+}
+
+/// Renames `from` to `to` (atomically replacing `to`).
+pub(crate) fn rename(from: &Path, to: &Path) -> Result<()> {
+    guarded(Op::Rename, to, || fs::rename(from, to))
+}
+
+/// Removes a file.
+pub(crate) fn remove_file(path: &Path) -> Result<()> {
+    guarded(Op::Remove, path, || fs::remove_file(path))
+}
+
+/// Removes an empty directory.
+pub(crate) fn remove_dir(path: &Path) -> Result<()> {
+    guarded(Op::Remove, path, || fs::remove_dir(path))
+}
+
+/// Creates a directory.
+pub(crate) fn create_dir(path: &Path) -> Result<()> {
+    guarded(Op::CreateDir, path, || fs::create_dir(path))
+}
+
+/// Creates a directory and its missing parents.
+pub(crate) fn create_dir_all(path: &Path) -> Result<()> {
+    guarded(Op::CreateDir, path, || fs::create_dir_all(path))
+}
+
+/// The directory that names `path` (`.` for a bare file name).
+pub(crate) fn parent_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// A file being written through the seam: each write can be refused.
+pub(crate) struct SeamWriter<'a> {
+    file: &'a File,
+    path: &'a Path,
+}
+
+impl Write for SeamWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match faults::check(Op::Write, self.path, buf.len()) {
+            Verdict::Proceed => (&*self.file).write(buf),
+            Verdict::Fail(e) => Err(e),
+            Verdict::Short(n, e) => {
+                (&*self.file).write_all(&buf[..n])?;
+                Err(e)
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&*self.file).flush()
+    }
+}
+
+/// Writes `path` atomically: into `path` + `.tmp`, fsynced, renamed into place,
+/// directory fsynced. A crash leaves either the old file or the new one, never a mix
+/// (in a data directory, a stray `.tmp` is removed on the next open); a failed write
+/// removes its temporary file (best effort: a leftover is harmless, as said).
+pub(crate) fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<SeamWriter<'_>>) -> Result<()>,
+) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let file = create(&tmp)?;
+    let written = (|| {
+        let mut out = BufWriter::with_capacity(
+            1 << 20,
+            SeamWriter {
+                file: &file,
+                path: &tmp,
+            },
+        );
+        write(&mut out)?;
+        out.flush().at(&tmp)?;
+        drop(out);
+        sync_all(&file, &tmp)
+    })();
+    drop(file);
+    let renamed = written.and_then(|()| rename(&tmp, path));
+    if let Err(e) = renamed {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(parent_dir(path))
+}
