@@ -197,6 +197,54 @@ fn bench_write(c: &mut Criterion, fx: &Fixture) {
     }
 }
 
+/// `write_txn_under_snapshot` with 10,000 parked index watches: two watch sets per node
+/// on nodes 0..5,000, each over `index_eq(by_node, node)` (a client's blocking query on
+/// its allocations), and the writes on rows of the other nodes, which nobody watches.
+/// The registry is looked up per changed key, so this should cost what the write
+/// without waiters costs (issue 15: with ranges scanned per changed key, 10,000 such
+/// waiters made a commit 25 times slower).
+fn bench_write_with_waiters(c: &mut Criterion, fx: &Fixture) {
+    const WAITERS: usize = 10_000;
+    let watched_nodes = NODES / 2;
+    let snap = fx.db.snapshot();
+    let sets: Vec<WatchSet> = (0..WAITERS)
+        .map(|i| {
+            let ws = WatchSet::new();
+            let n = snap
+                .watched(&ws)
+                .index_eq(fx.by_node, &fx.node_keys[i % watched_nodes])
+                .count();
+            assert_eq!(n, ROWS_PER_NODE);
+            // A zero wait registers the set.
+            assert_eq!(ws.wait_timeout(Duration::ZERO), WaitOutcome::TimedOut);
+            ws
+        })
+        .collect();
+    drop(snap);
+    assert_eq!(fx.db.registered_watches(), WAITERS);
+    let mut rng = SplitMix64(3003);
+    let mut index = fx.db.last_applied();
+    let first_unwatched = watched_nodes * ROWS_PER_NODE;
+    c.bench_function("write_txn_with_10k_index_waiters", |b| {
+        b.iter(|| {
+            let i = first_unwatched + rng.intn(ROWS - first_unwatched);
+            index += 1;
+            let row = Alloc {
+                id: Arc::clone(&fx.ids[i]),
+                node: Arc::clone(&fx.node_of[i]),
+                version: index,
+            };
+            let mut txn = fx.db.begin_write(index).expect("begin");
+            txn.insert(fx.allocs, Arc::new(row)).expect("insert");
+            txn.commit().expect("commit")
+        })
+    });
+    let woken = sets.iter().filter(|ws| ws.is_fired()).count();
+    assert_eq!(woken, 0, "a write on an unwatched node woke a waiter");
+    drop(sets);
+    assert_eq!(fx.db.registered_watches(), 0);
+}
+
 /// One waiter thread blocked in `WatchSet::wait_timeout` on one key; a one-row write
 /// transaction on that key. As the peer's `blocking_wake`, the transaction is prepared
 /// first and the time runs from the start of `commit()` to the waiter's
@@ -293,6 +341,7 @@ fn engine(c: &mut Criterion) {
     let fx = fixture();
     bench_reads(c, &fx);
     bench_write(c, &fx);
+    bench_write_with_waiters(c, &fx);
     bench_wake(c, &fx);
 }
 

@@ -106,6 +106,7 @@ pub enum WaitOutcome {
 /// with [`wait_timeout`](Self::wait_timeout), [`wait_deadline`](Self::wait_deadline) or
 /// [`changed`](Self::changed) (async). Dropping the set removes every registration it
 /// made. Use one snapshot per set: items are compared against the first version read.
+/// The set keeps that version alive only until it registers (its first wait).
 ///
 /// ```
 /// use std::time::Duration;
@@ -207,6 +208,11 @@ impl WatchSet {
 
     pub(crate) fn set_base(&self, root: &PinnedRoot) {
         let mut inner = self.inner.lock();
+        if inner.registered.is_some() {
+            // Reads after the first wait are not watched, so nothing is compared
+            // against their version: do not pin it.
+            return;
+        }
         match &inner.base {
             // Keep the oldest version: comparing against it can only wake early.
             Some(b) if b.epoch == root.epoch && b.seq <= root.seq => {}
@@ -245,7 +251,11 @@ impl WatchSet {
         if inner.registered.is_some() {
             return true;
         }
-        let Some(base) = inner.base.clone() else {
+        // The base version is needed only for the comparison inside `register`: let
+        // go of it afterwards. A set parked for minutes would otherwise pin the
+        // version it read, and thousands of waiters registered at different times
+        // would keep thousands of versions alive.
+        let Some(base) = inner.base.take() else {
             // Nothing was read through a database: nothing can change.
             return true;
         };

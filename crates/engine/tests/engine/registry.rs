@@ -174,6 +174,54 @@ fn thousands_of_waiters_on_one_key_register_fire_and_leave() {
     assert_eq!(fx.db.registered_watches(), 0);
 }
 
+#[test]
+fn a_registered_set_does_not_keep_the_version_it_read() {
+    let fx = Fixture::new();
+    let row = crate::support::item("a", "g1", 0);
+    let items = fx.items;
+    let kept = Arc::clone(&row);
+    fx.write(move |txn| {
+        txn.insert(items, kept).expect("insert");
+    });
+    let ws = WatchSet::new();
+    {
+        let snap = fx.db.snapshot();
+        assert_eq!(
+            snap.watched(&ws)
+                .index_eq(fx.by_group, &Key::str("g2"))
+                .count(),
+            0
+        );
+    }
+    assert!(!register(&ws));
+    // Replace the row: only the version the set read still holds the old one.
+    fx.put("a", "g1", 1);
+    fx.db.reclaim();
+    assert!(!ws.is_fired());
+    assert_eq!(
+        Arc::strong_count(&row),
+        1,
+        "the parked set pins the version it read"
+    );
+    // Reads through a registered set are not watched, and pin nothing either.
+    let row1 = crate::support::item("a", "g1", 1);
+    let kept = Arc::clone(&row1);
+    fx.write(move |txn| {
+        txn.insert(items, kept).expect("insert");
+    });
+    let snap = fx.db.snapshot();
+    let _ = snap.watched(&ws).get(fx.items, &Key::str("a"));
+    drop(snap);
+    fx.put("a", "g1", 2);
+    fx.db.reclaim();
+    assert!(!ws.is_fired(), "a read after registration is not watched");
+    assert_eq!(
+        Arc::strong_count(&row1),
+        1,
+        "a read after registration pins"
+    );
+}
+
 // ---- the property test ---------------------------------------------------------
 
 const IDS: [&str; 10] = ["a", "a1", "a2", "ab", "b", "b1", "ba", "c", "c1", "d"];
