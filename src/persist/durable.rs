@@ -7,6 +7,7 @@
 //! point (the writer pauses only to take an O(1) snapshot and start a new segment),
 //! then writes the snapshot and deletes what it covers in the background.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::state::writes::typed_writes;
 use crate::state::{Command, Commit, StateReader, StateSnapshot, StateStore};
 
+use super::batch::{Request, Slot, WriteQueue};
 use super::data_dir::snapshot_name;
 use super::error::{PersistError, Result};
 use super::fs;
@@ -24,7 +26,7 @@ use super::lock::DirLock;
 pub use super::recover::{OpenReport, TornTail};
 use super::recover::{list, recover};
 use super::snapshot::write_snapshot;
-use super::wal::{AppendError, EncodedRecord, SEGMENT_HEADER_LEN, SegmentWriter, segment_path};
+use super::wal::{AppendError, EncodedCommand, SEGMENT_HEADER_LEN, SegmentWriter, segment_path};
 
 /// When a commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,6 +71,8 @@ struct Inner {
     group: GroupSync,
     compacting: Arc<AtomicBool>,
     compactor: Mutex<Option<JoinHandle<Result<()>>>>,
+    /// Writes waiting for a leader to apply them (`batch.rs`).
+    queue: WriteQueue,
     /// Why the store refuses writes, once a failure left it unable to promise
     /// durability (see `ARCHITECTURE.md`, "When the disk fails").
     poisoned: Mutex<Option<String>>,
@@ -76,13 +80,11 @@ struct Inner {
 }
 
 /// Commits waiting for a shared fsync (group commit).
-#[derive(Default)]
 struct GroupSync {
     state: Mutex<GroupState>,
     done: Condvar,
 }
 
-#[derive(Default)]
 struct GroupState {
     /// (segment, offset) known durable.
     synced: (u64, u64),
@@ -169,15 +171,24 @@ impl DurableStore {
             None => SegmentWriter::create(&dir, 1, last_applied)?,
         };
         let logged = writer.len.saturating_sub(SEGMENT_HEADER_LEN);
+        // Everything found on open was made durable above.
+        let group = GroupSync {
+            state: Mutex::new(GroupState {
+                synced: (writer.seq, writer.len),
+                syncing: false,
+            }),
+            done: Condvar::new(),
+        };
         let inner = Inner {
             dir,
             store: recovered.store,
             options,
             wal: Mutex::new(writer),
             logged: Mutex::new(logged),
-            group: GroupSync::default(),
+            group,
             compacting: Arc::new(AtomicBool::new(false)),
             compactor: Mutex::new(None),
+            queue: WriteQueue::default(),
             poisoned: Mutex::new(None),
             _lock: lock,
         };
@@ -240,15 +251,10 @@ impl DurableStore {
     ///
     /// # Errors
     /// The command's [`StateError`](crate::state::StateError), or an I/O error of the
-    /// log (the write is then abandoned: not applied, not logged).
+    /// log (the write is then abandoned: not applied, not logged), or
+    /// [`PersistError::Poisoned`] after an earlier failure.
     pub fn apply(&self, index: u64, command: &Command) -> Result<Commit> {
-        self.refuse_if_poisoned()?;
-        let mut logged_at = (0, 0);
-        let info = self.inner.store.apply_with(index, command, || {
-            self.log(&mut logged_at, |wal| wal.append(index, command))
-        })?;
-        self.settle(logged_at)?;
-        Ok(info)
+        self.write(Some(index), command.clone())
     }
 
     /// Like [`apply`](Self::apply), taking the command by value: its nodes and
@@ -259,14 +265,33 @@ impl DurableStore {
     /// # Errors
     /// As [`apply`](Self::apply).
     pub fn apply_owned(&self, index: u64, command: Command) -> Result<Commit> {
-        self.refuse_if_poisoned()?;
-        let record = EncodedRecord::new(index, &command)?;
-        let mut logged_at = (0, 0);
-        let info = self.inner.store.apply_owned_with(index, command, || {
-            self.log(&mut logged_at, |wal| wal.append_encoded(index, &record))
-        })?;
-        self.settle(logged_at)?;
-        Ok(info)
+        self.write(Some(index), command)
+    }
+
+    /// Applies `command` at the next log index — one past the last accepted write,
+    /// assigned under the writer lock — and logs it; [`Commit::index`] says which. For
+    /// writers that share a store and let it number their writes: concurrent callers
+    /// share fsyncs (group commit) under both [`SyncPolicy::EveryCommit`] and
+    /// [`SyncPolicy::Group`].
+    ///
+    /// ```
+    /// use schedstate::model::Node;
+    /// use schedstate::{Command, DurableStore, Options};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("schedstate-next-{}", std::process::id()));
+    /// # let _ = std::fs::remove_dir_all(&dir);
+    /// let (db, _) = DurableStore::open(&dir, Options::default()).unwrap();
+    /// let a = db.apply_next(Command::UpsertNode { node: Node::new("n1", "client-1") }).unwrap();
+    /// let b = db.apply_next(Command::UpsertNode { node: Node::new("n2", "client-2") }).unwrap();
+    /// assert_eq!((a.index(), b.index()), (1, 2));
+    /// # drop(db);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`apply`](Self::apply) (never a stale index).
+    pub fn apply_next(&self, command: Command) -> Result<Commit> {
+        self.write(None, command)
     }
 
     typed_writes!(PersistError);
@@ -294,12 +319,114 @@ impl DurableStore {
         }
     }
 
-    /// The `before_publish` hook of a write: appends its record (and fsyncs under
-    /// `EveryCommit`), remembering where it ended for the group sync.
-    ///
-    /// A failed write is cut back and the store carries on; a failed fsync poisons it
-    /// (after one, what the kernel will write back is unknown), after cutting the
-    /// record off so that a reopen does not find a write its caller saw fail.
+    /// One write, through the write queue (`batch.rs`): the leader of the moment
+    /// applies and logs a batch of queued writes, each staged (committed, not yet
+    /// visible), then makes the batch durable and publishes it in the order the sync
+    /// policy says (see `ARCHITECTURE.md`, "Group commit").
+    fn write(&self, index: Option<u64>, command: Command) -> Result<Commit> {
+        self.refuse_if_poisoned()?;
+        let encoded = EncodedCommand::new(&command)?;
+        let request = Request {
+            index,
+            command,
+            encoded,
+        };
+        self.inner.queue.submit(
+            request,
+            |batch| self.apply_batch(batch),
+            |applied| self.finish_batch(applied),
+        )
+    }
+
+    /// Applies and logs a batch of queued writes in turn (the leader's job, under the
+    /// writer lock one at a time); a write the rules refuse is answered at once.
+    fn apply_batch(&self, batch: Vec<Arc<Slot>>) -> AppliedBatch {
+        let mut staged = Vec::with_capacity(batch.len());
+        let (mut end, mut last_seq) = ((0, 0), None);
+        for slot in batch {
+            let Some(request) = slot.take() else {
+                continue;
+            };
+            let mut logged_at = (0, 0);
+            let applied = self.refuse_if_poisoned().and_then(|()| {
+                self.inner
+                    .store
+                    .apply_staged(request.index, Cow::Owned(request.command), |index| {
+                        self.log(&mut logged_at, |wal| wal.append(index, &request.encoded))
+                    })
+            });
+            match applied {
+                Ok((commit, seq)) => {
+                    end = end.max(logged_at);
+                    last_seq = Some(seq);
+                    staged.push((slot, commit));
+                }
+                Err(e) => slot.complete(Err(e)),
+            }
+        }
+        AppliedBatch {
+            staged,
+            end,
+            last_seq,
+        }
+    }
+
+    /// Makes an applied batch durable and visible, and tells each writer its result.
+    fn finish_batch(&self, applied: AppliedBatch) {
+        let AppliedBatch {
+            staged,
+            end,
+            last_seq,
+        } = applied;
+        let durable = match last_seq {
+            None => Ok(()),
+            Some(seq) => self.make_durable(end, seq),
+        };
+        if durable.is_ok()
+            && let Err(e) = self.maybe_compact()
+        {
+            // The batch is durable and visible: its writers succeeded. A compaction
+            // that could not start is retried by the next write (and if it poisoned
+            // the store, the next write says so).
+            tracing::error!(error = %e, "could not start a compaction");
+        }
+        let mut failure = durable.err();
+        for (slot, commit) in staged {
+            match failure.take() {
+                // The first writer gets the error itself, the others what it did.
+                Some(e) => {
+                    let shared = echo(&e);
+                    slot.complete(Err(e));
+                    failure = Some(shared);
+                }
+                None => slot.complete(Ok(commit)),
+            }
+        }
+    }
+
+    /// Makes the log durable through `end` and the staged versions through `seq`
+    /// visible, in the order the sync policy says.
+    fn make_durable(&self, end: (u64, u64), seq: u64) -> Result<()> {
+        let db = self.inner.store.db();
+        match self.inner.options.sync {
+            SyncPolicy::EveryCommit => {
+                self.sync_through(end)?;
+                db.publish_through(seq);
+            }
+            SyncPolicy::Group => {
+                db.publish_through(seq);
+                self.sync_through(end)?;
+            }
+            SyncPolicy::Never => {
+                db.publish_through(seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// The hook of a write, under the writer lock: appends its record, remembering
+    /// where it ended. A failed append is cut back and the store carries on; an append
+    /// that cannot be cut back poisons it.
     fn log(
         &self,
         logged_at: &mut (u64, u64),
@@ -307,10 +434,10 @@ impl DurableStore {
     ) -> Result<()> {
         let inner = &*self.inner;
         let mut wal = inner.wal.lock();
-        // Checked again under the log's lock: a writer that was poisoned while this one
-        // applied its command must not append after the damage.
+        // Checked again under the log's lock: a writer poisoned while this one applied
+        // its command must not append after the damage.
         self.refuse_if_poisoned()?;
-        let (before, before_index) = (wal.len, wal.last_index);
+        let before = wal.len;
         let end = match append(&mut wal) {
             Ok(end) => end,
             Err(AppendError { error, poisoned }) => {
@@ -320,26 +447,14 @@ impl DurableStore {
                 return Err(error);
             }
         };
-        if inner.options.sync == SyncPolicy::EveryCommit
-            && let Err(error) = wal.sync()
-        {
-            let _ = wal.cut_back(before);
-            wal.last_index = before_index;
-            self.poison(&error);
-            return Err(error);
-        }
         *logged_at = (wal.seq, end);
         *inner.logged.lock() += end - before;
         Ok(())
     }
 
-    /// After a write is published: waits for its group sync, starts a compaction when
-    /// the log has grown enough.
-    fn settle(&self, logged_at: (u64, u64)) -> Result<()> {
+    /// Starts a compaction when the log has grown enough.
+    fn maybe_compact(&self) -> Result<()> {
         let inner = &*self.inner;
-        if inner.options.sync == SyncPolicy::Group {
-            self.group_sync(logged_at)?;
-        }
         let logged = *inner.logged.lock();
         if logged >= inner.options.compact_after_bytes
             && let Some(result) = self.start_compaction(true)
@@ -349,34 +464,48 @@ impl DurableStore {
         Ok(())
     }
 
-    /// Waits until the log is durable up to `at`, fsyncing for everyone waiting if
-    /// nobody else is.
-    fn group_sync(&self, at: (u64, u64)) -> Result<()> {
+    /// Waits until the log is durable through `at` (segment, offset), fsyncing for
+    /// everyone waiting if nobody else is: the fsyncs of concurrent writers are shared.
+    ///
+    /// The fsyncing writer pauses writers just long enough to read how far the log
+    /// goes and which staged version that is, consistently (every appended record is
+    /// staged under the writer lock); after the fsync it publishes through that
+    /// version (under `EveryCommit`, this is when those writes become visible). If the
+    /// fsync fails, what the disk holds after the last good fsync is unknown: the log
+    /// is cut back there, the staged versions are discarded (never published), and the
+    /// store poisoned; every waiter gets the error.
+    fn sync_through(&self, at: (u64, u64)) -> Result<()> {
+        if self.inner.options.sync == SyncPolicy::Never {
+            return Ok(());
+        }
         let g = &self.inner.group;
         let mut state = g.state.lock();
         loop {
             if state.synced >= at {
                 return Ok(());
             }
+            self.refuse_if_poisoned()?;
             if !state.syncing {
                 break;
             }
             g.done.wait(&mut state);
         }
-        if let Some(cause) = self.inner.poisoned.lock().clone() {
-            return Err(PersistError::Poisoned { cause });
-        }
         state.syncing = true;
         drop(state);
-        let (target, handle) = {
+        let db = self.inner.store.db();
+        let (target, tip, handle) = {
+            let _pause = db.pause_writes();
             let wal = self.inner.wal.lock();
-            ((wal.seq, wal.len), wal.sync_handle())
+            ((wal.seq, wal.len), db.staged_tip(), wal.sync_handle())
         };
         let synced = handle.and_then(|(f, path)| fs::sync_data(&f, &path));
-        if let Err(e) = &synced {
-            // Writes readers have seen may not be on disk: no later write may build
-            // on them. Their callers get this error (never an acknowledgement).
-            self.poison(e);
+        match &synced {
+            Ok(()) => {
+                if let Some(tip) = tip {
+                    db.publish_through(tip);
+                }
+            }
+            Err(e) => self.fail_sync(e),
         }
         let mut state = g.state.lock();
         state.syncing = false;
@@ -385,9 +514,33 @@ impl DurableStore {
         }
         g.done.notify_all();
         drop(state);
-        // A waiter woken by a failed sync finds its target not reached and the store
-        // poisoned.
-        synced
+        synced?;
+        // The fsync covered some target; if it was not ours (an append came after it
+        // read the log's end), sync again.
+        self.sync_through(at)
+    }
+
+    /// After a failed fsync: cut the log back to what the last good fsync made durable
+    /// (best effort), drop the staged versions, poison the store.
+    fn fail_sync(&self, error: &PersistError) {
+        self.poison(error);
+        if self.inner.options.sync != SyncPolicy::EveryCommit {
+            // Under `Group` the writes were published already: readers keep them, and
+            // a reopen finds on disk whatever the kernel kept.
+            return;
+        }
+        let db = self.inner.store.db();
+        {
+            let _pause = db.pause_writes();
+            let synced = self.inner.group.state.lock().synced;
+            let mut wal = self.inner.wal.lock();
+            if synced.0 == wal.seq && synced.1 >= SEGMENT_HEADER_LEN {
+                let _ = wal.cut_back(synced.1);
+            }
+        }
+        // Takes the writer lock itself: a writer that appended before the poison
+        // finishes staging first, and is discarded with the rest.
+        db.discard_staged();
     }
 
     /// Writes a snapshot now and deletes the log it covers; waits for it.
@@ -433,13 +586,28 @@ impl DurableStore {
     fn compact_now(&self, background: bool) -> Result<()> {
         let inner = &self.inner;
         let cut = (|| -> Result<(StateSnapshot, u64)> {
-            let (pause, snap) = inner.store.pause_writes();
+            let db = inner.store.db();
+            let (pause, _) = inner.store.pause_writes();
             let mut wal = inner.wal.lock();
             self.refuse_if_poisoned()?;
             if let Err(e) = wal.sync() {
-                self.poison(&e);
+                drop(wal);
+                drop(pause);
+                self.fail_sync(&e);
                 return Err(e);
             }
+            // Everything logged is durable now: publish it, and release the writers
+            // waiting for it, so that the snapshot holds exactly the log before the
+            // new segment.
+            if let Some(tip) = db.staged_tip() {
+                db.publish_through(tip);
+            }
+            {
+                let mut group = inner.group.state.lock();
+                group.synced = group.synced.max((wal.seq, wal.len));
+                inner.group.done.notify_all();
+            }
+            let snap = inner.store.snapshot();
             let seq = wal.seq + 1;
             let next = match SegmentWriter::create(&inner.dir, seq, snap.view().last_applied()) {
                 Ok(next) => next,
@@ -453,6 +621,12 @@ impl DurableStore {
                     return Err(e);
                 }
             };
+            // The new segment was created durable: the log is durable through its
+            // header (what a failed fsync later cuts back to).
+            {
+                let mut group = inner.group.state.lock();
+                group.synced = group.synced.max((next.seq, next.len));
+            }
             *wal = next;
             *inner.logged.lock() = 0;
             drop(wal);
@@ -538,4 +712,26 @@ impl Drop for Inner {
             let _ = h.join();
         }
     }
+}
+
+/// An error for the other writers of a batch whose sync failed: the same I/O error
+/// (rebuilt: `io::Error` does not clone), or what poisoned the store.
+fn echo(e: &PersistError) -> PersistError {
+    match e {
+        PersistError::Io { path, source } => PersistError::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        PersistError::NoSpace { path } => PersistError::NoSpace { path: path.clone() },
+        other => PersistError::Poisoned {
+            cause: other.to_string(),
+        },
+    }
+}
+
+/// A batch applied by its leader, waiting to be made durable.
+struct AppliedBatch {
+    staged: Vec<(Arc<Slot>, Commit)>,
+    end: (u64, u64),
+    last_seq: Option<u64>,
 }

@@ -14,6 +14,7 @@
 //! - [`faults`]: the fault-injection seam every file operation goes through (feature
 //!   `fault-injection`; a no-op otherwise).
 
+mod batch;
 mod data_dir;
 mod durable;
 mod error;

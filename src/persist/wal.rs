@@ -132,14 +132,15 @@ impl SegmentWriter {
         })
     }
 
-    /// Appends the record of `command` at `index`. On a failed write the file is cut
-    /// back to its last whole record (and the write position with it), so nothing of
-    /// the failed record is left before the next one; if even that fails, the error
+    /// Appends the record of `command` (encoded beforehand, so that a command consumed
+    /// by applying it can still be logged) at `index`. On a failed write the file is
+    /// cut back to its last whole record (and the write position with it), so nothing
+    /// of the failed record is left before the next one; if even that fails, the error
     /// says the segment is poisoned.
     pub(crate) fn append(
         &mut self,
         index: u64,
-        command: &Command,
+        command: &EncodedCommand,
     ) -> std::result::Result<u64, AppendError> {
         let buf = encode_into(index, command, std::mem::take(&mut self.buf)).map_err(|error| {
             AppendError {
@@ -150,17 +151,6 @@ impl SegmentWriter {
         let result = self.append_bytes(index, &buf);
         self.buf = buf;
         result
-    }
-
-    /// Appends a record encoded beforehand by [`EncodedRecord::new`] (for a command that
-    /// has since been consumed by applying it). Same failure handling as
-    /// [`append`](Self::append).
-    pub(crate) fn append_encoded(
-        &mut self,
-        index: u64,
-        record: &EncodedRecord,
-    ) -> std::result::Result<u64, AppendError> {
-        self.append_bytes(index, &record.bytes)
     }
 
     /// Checks the size, writes, and cuts back on failure.
@@ -214,27 +204,30 @@ pub(crate) fn segment_path(dir: &Path, seq: u64) -> PathBuf {
     dir.join(segment_name(seq))
 }
 
-/// The bytes of one log record (header and payload), encoded ahead of the write: what
-/// an owned apply logs, since applying consumes the command.
-pub(crate) struct EncodedRecord {
+/// A command's encoding, made ahead of its record: a log record's payload is
+/// `postcard((index, command))`, which is the index's varint followed by the command's
+/// own encoding, so the index (which `apply_next` learns only under the writer lock)
+/// is added when the record is written.
+pub(crate) struct EncodedCommand {
     bytes: Vec<u8>,
 }
 
-impl EncodedRecord {
-    pub(crate) fn new(index: u64, command: &Command) -> Result<EncodedRecord> {
-        Ok(EncodedRecord {
-            bytes: encode_into(index, command, Vec::new())?,
+impl EncodedCommand {
+    pub(crate) fn new(command: &Command) -> Result<EncodedCommand> {
+        Ok(EncodedCommand {
+            bytes: postcard::to_allocvec(command)?,
         })
     }
 }
 
 /// Encodes the record of `command` at `index` into `buf` (cleared first): length,
-/// checksum, then the postcard payload. The length is clamped here and checked against
-/// the record limit when the record is written.
-fn encode_into(index: u64, command: &Command, mut buf: Vec<u8>) -> Result<Vec<u8>> {
+/// checksum, then the payload. The length is clamped here and checked against the
+/// record limit when the record is written.
+fn encode_into(index: u64, command: &EncodedCommand, mut buf: Vec<u8>) -> Result<Vec<u8>> {
     buf.clear();
     buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN as usize]);
-    let mut buf = postcard::to_extend(&(index, command), buf)?;
+    let mut buf = postcard::to_extend(&index, buf)?;
+    buf.extend_from_slice(&command.bytes);
     let payload_len = buf.len() - RECORD_HEADER_LEN as usize;
     let len_bytes = u32::try_from(payload_len).unwrap_or(u32::MAX).to_le_bytes();
     let crc = record_crc(len_bytes, &buf[RECORD_HEADER_LEN as usize..]);

@@ -167,6 +167,36 @@ impl StateStore {
         command: Cow<'_, Command>,
         before_publish: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<Commit, E> {
+        let (info, _) = self.run(Some(index), command, |_| before_publish(), false)?;
+        Ok(info)
+    }
+
+    /// Applies `command` at `index` (or, with `None`, at the next index, assigned under
+    /// the writer lock) and *stages* it (see the engine's `WriteTxn::stage`): the write
+    /// is committed but readers see it only once it is published
+    /// (`Db::publish_through` with the returned sequence number). `before_stage` gets
+    /// the index; this is where the durable store logs the command.
+    pub(crate) fn apply_staged<E: From<StateError>>(
+        &self,
+        index: Option<u64>,
+        command: Cow<'_, Command>,
+        before_stage: impl FnOnce(u64) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(Commit, u64), E> {
+        self.run(index, command, before_stage, true)
+    }
+
+    fn run<E: From<StateError>>(
+        &self,
+        index: Option<u64>,
+        command: Cow<'_, Command>,
+        hook: impl FnOnce(u64) -> std::result::Result<(), E>,
+        stage: bool,
+    ) -> std::result::Result<(Commit, u64), E> {
+        let txn = match index {
+            Some(index) => self.db().begin_write(index).map_err(StateError::from)?,
+            None => self.db().begin_next_write(),
+        };
+        let index = txn.index();
         let span = tracing::debug_span!(
             "apply",
             kind = command.kind(),
@@ -174,7 +204,6 @@ impl StateStore {
             rows = tracing::field::Empty
         );
         let _enter = span.enter();
-        let txn = self.db().begin_write(index).map_err(StateError::from)?;
         let mut w = Writer::new(txn, self.tables());
         // Rows a command carries are moved into the store when it is owned (copied by
         // `apply_by_ref` when it is borrowed); everything else is read by reference.
@@ -188,10 +217,15 @@ impl StateStore {
             tracing::debug!(error = %e, "rejected");
             return Err(e.into());
         }
-        before_publish()?;
-        let info = w.txn.commit().map_err(StateError::from)?;
+        hook(index)?;
+        let (info, seq) = if stage {
+            let (seq, info) = w.txn.stage().map_err(StateError::from)?;
+            (info, seq)
+        } else {
+            (w.txn.commit().map_err(StateError::from)?, 0)
+        };
         span.record("rows", info.changes.len());
-        Ok(Commit::new(info))
+        Ok((Commit::new(info), seq))
     }
 }
 

@@ -9,6 +9,7 @@ use super::reclaim::{PinnedRoot, Retired, WriterLock};
 use super::registry::Registry;
 use super::root::Root;
 use super::schema::Schema;
+use super::staged::Staged;
 use super::txn::WriteTxn;
 use super::view::View;
 use super::watch::{Signal, WatchItem, WatchSet};
@@ -27,6 +28,8 @@ pub(crate) struct Shared {
     /// Superseded versions whose last reader let go during a write: the writer frees
     /// them when it releases its lock, so readers never pay for freeing.
     pub(crate) retired: Retired,
+    /// Committed, not yet published versions (see `staged.rs`).
+    pub(crate) staged: Mutex<Staged>,
 }
 
 impl Shared {
@@ -98,6 +101,7 @@ impl Db {
             writer: Arc::new(Mutex::new(())),
             registry: Mutex::new(registry),
             retired: Retired::default(),
+            staged: Mutex::new(Staged::default()),
         });
         Db { shared }
     }
@@ -118,7 +122,7 @@ impl Db {
     /// [`Error::StaleIndex`] if `index` is not greater than the last applied index.
     pub fn begin_write(&self, index: u64) -> Result<WriteTxn> {
         let guard = WriterLock::acquire(&self.shared);
-        let root = Root::clone(&self.shared.current.load());
+        let root = self.write_base();
         if index <= root.last_applied {
             return Err(Error::StaleIndex {
                 index,
@@ -134,6 +138,55 @@ impl Db {
         ))
     }
 
+    /// Begins the write transaction of the next log index (one past the last applied
+    /// one, staged versions included): for writers that let the database number their
+    /// writes.
+    pub fn begin_next_write(&self) -> WriteTxn {
+        let guard = WriterLock::acquire(&self.shared);
+        let root = self.write_base();
+        let index = root.last_applied + 1;
+        WriteTxn::new(Arc::clone(&self.shared), guard, root, index, false)
+    }
+
+    /// What the next write builds on: the newest staged version, or the published one.
+    /// Called with the writer lock held.
+    fn write_base(&self) -> Root {
+        let staged = self.shared.staged.lock();
+        match staged.tip() {
+            Some(tip) => Root::clone(tip),
+            None => Root::clone(&self.shared.current.load()),
+        }
+    }
+
+    /// Publishes the staged versions up to the one with sequence number `seq` (see
+    /// [`WriteTxn::stage`]) and fires their watches; returns the last applied index
+    /// readers now see. Versions staged after `seq` stay staged.
+    pub fn publish_through(&self, seq: u64) -> u64 {
+        let (superseded, _) = self.shared.publish(|staged| staged.take_through(seq));
+        drop(superseded);
+        self.last_applied()
+    }
+
+    /// Drops every staged version: their writes will never be published. The next
+    /// write builds on the published version.
+    pub fn discard_staged(&self) {
+        let _writer = WriterLock::acquire(&self.shared);
+        let dropped = self.shared.staged.lock().take_all();
+        drop(dropped);
+    }
+
+    /// The sequence number of the newest staged version, if any: what
+    /// [`publish_through`](Self::publish_through) takes to publish everything staged so
+    /// far.
+    pub fn staged_tip(&self) -> Option<u64> {
+        self.shared.staged.lock().tip().map(|root| root.seq)
+    }
+
+    /// How many versions are staged, not yet published.
+    pub fn staged_len(&self) -> usize {
+        self.shared.staged.lock().len()
+    }
+
     /// Begins a transaction that *replaces* the whole state (restoring a snapshot).
     ///
     /// It starts empty; its commit publishes the rows inserted, the table indexes set
@@ -141,6 +194,8 @@ impl Db {
     /// old state is abandoned.
     pub fn begin_restore(&self, last_applied: u64) -> WriteTxn {
         let guard = WriterLock::acquire(&self.shared);
+        // A restore replaces everything, staged writes included.
+        drop(self.shared.staged.lock().take_all());
         let current = self.shared.current.load();
         let mut root = Root::empty(Arc::clone(&current.schema), Arc::downgrade(&self.shared));
         root.seq = current.seq;

@@ -20,6 +20,7 @@ mod reclaim;
 mod registry;
 mod root;
 mod schema;
+mod staged;
 mod txn;
 mod view;
 mod waiters;

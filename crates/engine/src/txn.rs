@@ -8,8 +8,11 @@ use std::sync::Arc;
 use super::database::Shared;
 use super::key::KeyBytes;
 use super::reclaim::WriterLock;
+use super::registry::Registry;
 use super::root::Root;
+use super::schema::Schema;
 use super::schema::{Row, Table, TableDef, TableId};
+use super::staged::Staged;
 use super::view::{View, downcast};
 use super::{Error, Key, Result};
 
@@ -305,6 +308,48 @@ impl WriteTxn {
     /// None today: the index was validated when the transaction began and nobody else
     /// can write meanwhile. The `Result` leaves room for durable commits.
     pub fn commit(self) -> Result<CommitInfo> {
+        let index = self.index;
+        let (shared, writer, root, fire) = self.finish();
+        // Staged versions under this one are published with it (their watches fire
+        // first): readers never see a version without the ones before it.
+        let (superseded, mut fires) = shared.publish(|staged| {
+            let mut versions = staged.take_all();
+            versions.push((Arc::new(root), fire));
+            versions
+        });
+        drop(writer);
+        // The old versions are freed after the wake-ups and outside the writer lock, on
+        // this (the writer's) thread.
+        drop(superseded);
+        let changes = fires.pop().map(|f| f.changes).unwrap_or_default();
+        tracing::trace!(index, changes = changes.len(), "commit");
+        Ok(CommitInfo { index, changes })
+    }
+
+    /// Commits without publishing: the new version is queued (see `staged.rs`) and the
+    /// writer lock released; readers see it only once [`Db::publish_through`] reaches
+    /// its sequence number, which this returns with what it changed. The next write
+    /// builds on it.
+    ///
+    /// [`Db::publish_through`]: crate::Db::publish_through
+    ///
+    /// # Errors
+    /// None yet; the `Result` keeps room for checks at commit time.
+    pub fn stage(self) -> Result<(u64, CommitInfo)> {
+        let index = self.index;
+        let (shared, writer, root, fire) = self.finish();
+        let seq = root.seq;
+        let info = CommitInfo {
+            index,
+            changes: fire.changes.clone(),
+        };
+        shared.staged.lock().push(Arc::new(root), fire);
+        drop(writer);
+        Ok((seq, info))
+    }
+
+    /// The new version and what its publication must fire.
+    fn finish(self) -> (Arc<Shared>, WriterLock, Root, Fire) {
         let WriteTxn {
             shared,
             writer,
@@ -339,43 +384,88 @@ impl WriteTxn {
         }
         root.last_applied = index;
         root.seq += 1;
-        // The old version is freed after the wake-ups and outside the writer lock.
-        let superseded = shared.current.swap(Arc::new(root));
+        let fire = Fire {
+            restore,
+            changed_tables,
+            change_tables,
+            changes,
+        };
+        (shared, writer, root, fire)
+    }
+}
 
-        let registry = shared.registry.lock();
-        if restore {
-            registry.fire_all();
-        } else {
-            let mut keys = Vec::new();
-            for (table, changed) in changed_tables.iter().enumerate() {
-                if *changed && registry.watches_table(table) {
-                    registry.fire_table(table);
-                }
-            }
-            for (change, &table) in changes.iter().zip(&change_tables) {
-                if !registry.watches_table(table) {
-                    continue;
-                }
-                let def = &schema.tables[table];
-                registry.fire_key(table, 0, &change.key);
-                for map in 1..=def.indexes.len() {
-                    keys.clear();
-                    for row in change.before.iter().chain(change.after.iter()) {
-                        def.map_keys(map, row, &mut keys);
-                    }
-                    keys.sort_unstable();
-                    keys.dedup();
-                    for k in &keys {
-                        registry.fire_key(table, map, k);
-                    }
-                }
+/// What publishing one version fires: its changes, by table.
+pub(crate) struct Fire {
+    restore: bool,
+    changed_tables: Vec<bool>,
+    change_tables: Vec<TableId>,
+    pub(crate) changes: Vec<Change>,
+}
+
+impl Shared {
+    /// Publishes the versions `take` takes from the staged queue, in order (each
+    /// includes the ones before it; readers end on the last), then fires the watches of
+    /// each, in order, under the registry lock. The swaps happen under the staged
+    /// queue's lock, so two publishers can never leave readers on an older version.
+    /// Returns the superseded versions, for the caller to drop once it has released
+    /// the writer lock, and the fire lists.
+    pub(crate) fn publish(
+        &self,
+        take: impl FnOnce(&mut Staged) -> Vec<(Arc<Root>, Fire)>,
+    ) -> (Vec<Arc<Root>>, Vec<Fire>) {
+        let mut staged = self.staged.lock();
+        let versions = take(&mut staged);
+        let mut superseded = Vec::with_capacity(versions.len());
+        let mut fires = Vec::with_capacity(versions.len());
+        let mut newest = None;
+        for (root, fire) in versions {
+            // Only the newest is swapped in (each includes the ones before it); the
+            // others were never visible and go with the superseded.
+            superseded.extend(newest.replace(root));
+            fires.push(fire);
+        }
+        if let Some(root) = newest {
+            superseded.push(self.current.swap(root));
+        }
+        drop(staged);
+        if let Some(root) = superseded.first() {
+            let schema = Arc::clone(&root.schema);
+            let registry = self.registry.lock();
+            for fire in &fires {
+                fire_watches(&registry, &schema, fire);
             }
         }
-        drop(registry);
-        drop(writer);
-        // Not `retire`: this is the writer's thread, the one that should pay.
-        drop(superseded);
-        tracing::trace!(index, changes = changes.len(), "commit");
-        Ok(CommitInfo { index, changes })
+        (superseded, fires)
+    }
+}
+
+fn fire_watches(registry: &Registry, schema: &Schema, fire: &Fire) {
+    if fire.restore {
+        registry.fire_all();
+        return;
+    }
+    let mut keys = Vec::new();
+    for (table, changed) in fire.changed_tables.iter().enumerate() {
+        if *changed && registry.watches_table(table) {
+            registry.fire_table(table);
+        }
+    }
+    for (change, &table) in fire.changes.iter().zip(&fire.change_tables) {
+        if !registry.watches_table(table) {
+            continue;
+        }
+        let def = &schema.tables[table];
+        registry.fire_key(table, 0, &change.key);
+        for map in 1..=def.indexes.len() {
+            keys.clear();
+            for row in change.before.iter().chain(change.after.iter()) {
+                def.map_keys(map, row, &mut keys);
+            }
+            keys.sort_unstable();
+            keys.dedup();
+            for k in &keys {
+                registry.fire_key(table, map, k);
+            }
+        }
     }
 }
