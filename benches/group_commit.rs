@@ -55,7 +55,7 @@ fn run(writers: usize, seconds: u64) -> Result {
     std::fs::create_dir_all(&root).expect("bench dir");
     let faults = Faults::scope(&dir);
     let options = Options {
-        sync: SyncPolicy::EveryCommit,
+        sync: policy(),
         compact_after_bytes: u64::MAX,
     };
     let (db, _) = DurableStore::open(&dir, options.clone()).expect("open");
@@ -122,6 +122,15 @@ fn run(writers: usize, seconds: u64) -> Result {
     }
 }
 
+/// `SCHEDSTATE_BENCH_SYNC=group|never` measures the other policies (default: every).
+fn policy() -> SyncPolicy {
+    match std::env::var("SCHEDSTATE_BENCH_SYNC").as_deref() {
+        Ok("group") => SyncPolicy::Group,
+        Ok("never") => SyncPolicy::Never,
+        _ => SyncPolicy::EveryCommit,
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; positional arguments are ours.
     let args: Vec<String> = std::env::args()
@@ -133,7 +142,10 @@ fn main() {
         .get(1)
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 4, 16, 64]);
-    println!("# group commit: EveryCommit, apply_next, one-node upserts, {seconds} s per run");
+    println!(
+        "# group commit: {:?}, apply_next, one-node upserts, {seconds} s per run",
+        policy()
+    );
     println!(
         "{:>8} {:>10} {:>11} {:>14} {:>10} {:>10} {:>8}",
         "writers", "commits", "commits/s", "fsyncs/commit", "p50", "p99", "vs 1"

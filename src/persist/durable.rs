@@ -407,7 +407,7 @@ impl DurableStore {
     /// Makes the log durable through `end` and the staged versions through `seq`
     /// visible, in the order the sync policy says.
     fn make_durable(&self, end: (u64, u64), seq: u64) -> Result<()> {
-        let db = self.inner.store.db();
+        let db = &self.inner.store;
         match self.inner.options.sync {
             SyncPolicy::EveryCommit => {
                 self.sync_through(end)?;
@@ -492,7 +492,7 @@ impl DurableStore {
         }
         state.syncing = true;
         drop(state);
-        let db = self.inner.store.db();
+        let db = &self.inner.store;
         let (target, tip, handle) = {
             let _pause = db.pause_writes();
             let wal = self.inner.wal.lock();
@@ -529,7 +529,7 @@ impl DurableStore {
             // a reopen finds on disk whatever the kernel kept.
             return;
         }
-        let db = self.inner.store.db();
+        let db = &self.inner.store;
         {
             let _pause = db.pause_writes();
             let synced = self.inner.group.state.lock().synced;
@@ -586,7 +586,7 @@ impl DurableStore {
     fn compact_now(&self, background: bool) -> Result<()> {
         let inner = &self.inner;
         let cut = (|| -> Result<(StateSnapshot, u64)> {
-            let db = inner.store.db();
+            let db = &inner.store;
             let (pause, _) = inner.store.pause_writes();
             let mut wal = inner.wal.lock();
             self.refuse_if_poisoned()?;

@@ -3,7 +3,7 @@
 //! inlined `Ok(())`).
 //!
 //! Every operation `persist` performs that can change what is on disk goes through
-//! the seam in `fs.rs`, which asks [`check`] first. A test scopes a [`Faults`] handle
+//! the seam in `fs.rs`, which asks `check` first. A test scopes a `Faults` handle
 //! to one data directory — tests running in parallel in one process each get their
 //! own — and either counts the operations a workload performs there or makes the
 //! `n`-th one of a kind fail (once, or from then on, as a full disk does).

@@ -84,6 +84,22 @@ impl StateStore {
         self.reader.t
     }
 
+    /// Publishes the staged writes through the one `apply_staged` returned `seq` for
+    /// (and fires their watches); see the engine's `Db::publish_through`.
+    pub(crate) fn publish_through(&self, seq: u64) -> u64 {
+        self.db().publish_through(seq)
+    }
+
+    /// The sequence number of the newest staged write, if any.
+    pub(crate) fn staged_tip(&self) -> Option<u64> {
+        self.db().staged_tip()
+    }
+
+    /// Drops every staged write: they will never be seen.
+    pub(crate) fn discard_staged(&self) {
+        self.db().discard_staged();
+    }
+
     /// Keeps writers out until the guard is dropped, and returns the version as of that
     /// moment (compaction cuts its consistent point with it).
     pub(crate) fn pause_writes(&self) -> (WritePause, StateSnapshot) {
