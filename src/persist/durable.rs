@@ -26,7 +26,8 @@ use super::lock::DirLock;
 pub use super::recover::{OpenReport, TornTail};
 use super::recover::{list, recover};
 use super::snapshot::write_snapshot;
-use super::wal::{AppendError, EncodedCommand, SEGMENT_HEADER_LEN, SegmentWriter, segment_path};
+use super::segment::{AppendError, SegmentWriter};
+use super::wal::{self, EncodedCommand, SEGMENT_HEADER_LEN, create_segment, segment_path};
 
 /// When a commit is made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -152,7 +153,7 @@ impl DurableStore {
             Some((seq, path, len, last, torn_header)) => {
                 if torn_header {
                     fs::remove_file(&path)?;
-                    SegmentWriter::create(&dir, seq, last_applied)?
+                    create_segment(&dir, seq, last_applied)?
                 } else {
                     if recovered.report.torn_tail.is_some() {
                         let file = fs::open_append(&path)?;
@@ -168,13 +169,13 @@ impl DurableStore {
                     writer
                 }
             }
-            None => SegmentWriter::create(&dir, 1, last_applied)?,
+            None => create_segment(&dir, 1, last_applied)?,
         };
-        let logged = writer.len.saturating_sub(SEGMENT_HEADER_LEN);
+        let logged = writer.len().saturating_sub(SEGMENT_HEADER_LEN);
         // Everything found on open was made durable above.
         let group = GroupSync {
             state: Mutex::new(GroupState {
-                synced: (writer.seq, writer.len),
+                synced: (writer.seq(), writer.len()),
                 syncing: false,
             }),
             done: Condvar::new(),
@@ -352,7 +353,7 @@ impl DurableStore {
                 self.inner
                     .store
                     .apply_staged(request.index, Cow::Owned(request.command), |index| {
-                        self.log(&mut logged_at, |wal| wal.append(index, &request.encoded))
+                        self.log(&mut logged_at, |wal| wal::append(wal, index, &request.encoded))
                     })
             });
             match applied {
@@ -437,7 +438,7 @@ impl DurableStore {
         // Checked again under the log's lock: a writer poisoned while this one applied
         // its command must not append after the damage.
         self.refuse_if_poisoned()?;
-        let before = wal.len;
+        let before = wal.len();
         let end = match append(&mut wal) {
             Ok(end) => end,
             Err(AppendError { error, poisoned }) => {
@@ -447,7 +448,7 @@ impl DurableStore {
                 return Err(error);
             }
         };
-        *logged_at = (wal.seq, end);
+        *logged_at = (wal.seq(), end);
         *inner.logged.lock() += end - before;
         Ok(())
     }
@@ -496,7 +497,7 @@ impl DurableStore {
         let (target, tip, handle) = {
             let _pause = db.pause_writes();
             let wal = self.inner.wal.lock();
-            ((wal.seq, wal.len), db.staged_tip(), wal.sync_handle())
+            ((wal.seq(), wal.len()), db.staged_tip(), wal.sync_handle())
         };
         let synced = handle.and_then(|(f, path)| fs::sync_data(&f, &path));
         match &synced {
@@ -534,8 +535,9 @@ impl DurableStore {
             let _pause = db.pause_writes();
             let synced = self.inner.group.state.lock().synced;
             let mut wal = self.inner.wal.lock();
-            if synced.0 == wal.seq && synced.1 >= SEGMENT_HEADER_LEN {
-                let _ = wal.cut_back(synced.1);
+            if synced.0 == wal.seq() && synced.1 >= SEGMENT_HEADER_LEN {
+                let last = wal.last_index();
+                let _ = wal.cut_back(synced.1, last);
             }
         }
         // Takes the writer lock itself: a writer that appended before the poison
@@ -604,12 +606,12 @@ impl DurableStore {
             }
             {
                 let mut group = inner.group.state.lock();
-                group.synced = group.synced.max((wal.seq, wal.len));
+                group.synced = group.synced.max((wal.seq(), wal.len()));
                 inner.group.done.notify_all();
             }
             let snap = inner.store.snapshot();
-            let seq = wal.seq + 1;
-            let next = match SegmentWriter::create(&inner.dir, seq, snap.view().last_applied()) {
+            let seq = wal.seq() + 1;
+            let next = match create_segment(&inner.dir, seq, snap.view().last_applied()) {
                 Ok(next) => next,
                 Err(e) => {
                     // The log goes on in the current segment, unless the new one could
@@ -625,7 +627,7 @@ impl DurableStore {
             // header (what a failed fsync later cuts back to).
             {
                 let mut group = inner.group.state.lock();
-                group.synced = group.synced.max((next.seq, next.len));
+                group.synced = group.synced.max((next.seq(), next.len()));
             }
             *wal = next;
             *inner.logged.lock() = 0;

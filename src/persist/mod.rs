@@ -11,6 +11,9 @@
 //! - the data directory's files by name ([`list_files`], [`FileKind`]) and the offline
 //!   operations on a whole directory ([`save_snapshot`], [`restore_data_dir`],
 //!   [`remove_data_dir`], and [`repair_data_dir`] for one that no longer opens).
+//! - [`segment`]: the framing of every log's segment files (header, checksummed
+//!   records, torn-tail and corruption rules), shared with the replication crate's
+//!   Raft log.
 //! - [`faults`]: the fault-injection seam every file operation goes through (feature
 //!   `fault-injection`; a no-op otherwise).
 
@@ -23,6 +26,7 @@ mod fs;
 mod lock;
 mod recover;
 mod repair;
+pub mod segment;
 mod snapshot;
 mod wal;
 

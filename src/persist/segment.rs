@@ -1,0 +1,550 @@
+//! The segment framing shared by every log this project writes: the write-ahead log of
+//! a [`DurableStore`](super::DurableStore) and the Raft log of the replication crate.
+//!
+//! ```text
+//! segment := MAGIC [u8; 8] | VERSION u32 | SEQ u64 | PREV_INDEX u64 | CRC u32
+//!            | record*
+//! record  := LEN u32 | CRC u32 | payload (LEN bytes, starting with the record's index)
+//! ```
+//! Little-endian integers, CRC-32 (IEEE). The header's CRC covers the 28 bytes before
+//! it; a record's CRC covers its LEN bytes and its payload, so a damaged length is
+//! caught too. `PREV_INDEX` is the index of the last record written before this
+//! segment: with the sequence number it proves that no segment is missing.
+//!
+//! What a payload holds is the log's business ([`SegmentFormat`]: its magic, version
+//! and a probe that tells whether bytes decode as one of its payloads). The rules of
+//! the framing are the same for every log:
+//!
+//! - A record cut short by a crash can only be the last one of the last segment: there
+//!   it is truncated and reported. A bad record anywhere else is corruption, refused
+//!   with the file and the offset — including a bad record in the last segment followed
+//!   by a valid one (a damaged length can make a record look cut short; the valid
+//!   record after it shows it is not).
+//! - A failed append cuts the file back to its last whole record before anything else
+//!   is written; if that fails too, the writer says the segment is poisoned.
+//! - Every change to the disk goes through the persistence layer's file seam, so the
+//!   fault tests reach these files as well.
+
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use super::error::{IoContext, PersistError, Result};
+use super::fs;
+
+/// Bytes in a segment header.
+pub const SEGMENT_HEADER_LEN: u64 = 32;
+/// Bytes in a record header (length and checksum).
+const RECORD_HEADER_LEN: u64 = 8;
+/// The largest record payload accepted.
+pub const MAX_RECORD: u32 = 64 << 20;
+
+/// What distinguishes one log's segments from another's.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentFormat {
+    /// The first 8 bytes of each segment.
+    pub magic: &'static [u8; 8],
+    /// The format version written and accepted.
+    pub version: u32,
+    /// What the files are called in errors ("log segment", "raft log segment").
+    pub kind: &'static str,
+    /// Whether `payload` decodes as one of this log's records, and if so its index.
+    /// Used to tell a torn tail from damage followed by valid records, and to count
+    /// what a repair drops.
+    pub probe: fn(payload: &[u8]) -> Option<u64>,
+}
+
+fn record_crc(len: [u8; 4], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&len);
+    h.update(payload);
+    h.finalize()
+}
+
+fn segment_header(format: &SegmentFormat, seq: u64, prev_index: u64) -> [u8; 32] {
+    let mut h = [0u8; SEGMENT_HEADER_LEN as usize];
+    h[0..8].copy_from_slice(format.magic);
+    h[8..12].copy_from_slice(&format.version.to_le_bytes());
+    h[12..20].copy_from_slice(&seq.to_le_bytes());
+    h[20..28].copy_from_slice(&prev_index.to_le_bytes());
+    let crc = crc32fast::hash(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// The segment being appended to.
+pub struct SegmentWriter {
+    path: PathBuf,
+    file: File,
+    seq: u64,
+    /// Bytes in the file (the offset of the next record).
+    len: u64,
+    /// Index of the last record written (or the segment's previous index).
+    last_index: u64,
+    buf: Vec<u8>,
+}
+
+/// Why an append failed, and whether the segment is still good.
+#[derive(Debug)]
+pub struct AppendError {
+    /// What failed.
+    pub error: PersistError,
+    /// The file could not be cut back to its last whole record: the segment must not
+    /// be appended to again.
+    pub poisoned: bool,
+}
+
+impl SegmentWriter {
+    /// Creates the segment `path` with sequence number `seq`, durable (file and
+    /// directory fsynced). If a step fails, the file is removed again (best effort:
+    /// the caller can check whether it is gone).
+    ///
+    /// # Errors
+    /// The I/O error of the step that failed.
+    pub fn create(
+        format: &SegmentFormat,
+        path: PathBuf,
+        seq: u64,
+        prev_index: u64,
+    ) -> Result<SegmentWriter> {
+        let file = fs::create(&path)?;
+        let made = (|| {
+            fs::write_all(&file, &path, &segment_header(format, seq, prev_index))?;
+            fs::sync_all(&file, &path)?;
+            fs::sync_dir(fs::parent_dir(&path))
+        })();
+        if let Err(e) = made {
+            drop(file);
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(SegmentWriter {
+            path,
+            file,
+            seq,
+            len: SEGMENT_HEADER_LEN,
+            last_index: prev_index,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Reopens an existing segment, already validated by [`scan_segment`] up to `len`
+    /// bytes, for appending at `len`.
+    ///
+    /// # Errors
+    /// The I/O error of opening it.
+    pub fn reopen(path: PathBuf, seq: u64, len: u64, last_index: u64) -> Result<SegmentWriter> {
+        let file = fs::open_append(&path)?;
+        Ok(SegmentWriter {
+            path,
+            file,
+            seq,
+            len,
+            last_index,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The segment's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Bytes in the file: the offset the next record will have.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the segment holds no record yet.
+    pub fn is_empty(&self) -> bool {
+        self.len <= SEGMENT_HEADER_LEN
+    }
+
+    /// The index of the last record written (the segment's previous index if none).
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// Appends the record at `index` whose payload `payload` writes into the buffer it
+    /// is given (which must start with the index, as the log's probe reads it). Returns
+    /// the file's new length. On a failed write the file is cut back to its last whole
+    /// record (and the write position with it), so nothing of the failed record is left
+    /// before the next one; if even that fails, the error says the segment is poisoned.
+    ///
+    /// # Errors
+    /// [`PersistError::TooLarge`] for a payload over [`MAX_RECORD`] (nothing written),
+    /// the payload's own error, or the I/O error.
+    pub fn append(
+        &mut self,
+        index: u64,
+        payload: impl FnOnce(&mut Vec<u8>) -> Result<()>,
+    ) -> std::result::Result<u64, AppendError> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        buf.extend_from_slice(&[0u8; RECORD_HEADER_LEN as usize]);
+        let result = payload(&mut buf)
+            .map_err(|error| AppendError {
+                error,
+                poisoned: false,
+            })
+            .and_then(|()| self.write_record(index, &mut buf));
+        self.buf = buf;
+        result
+    }
+
+    /// Fills in the record header, checks the size, writes, and cuts back on failure.
+    fn write_record(
+        &mut self,
+        index: u64,
+        record: &mut [u8],
+    ) -> std::result::Result<u64, AppendError> {
+        let payload_len = record.len() - RECORD_HEADER_LEN as usize;
+        let len = match u32::try_from(payload_len) {
+            Ok(n) if n <= MAX_RECORD => n,
+            _ => {
+                return Err(AppendError {
+                    error: PersistError::TooLarge {
+                        what: "a log record",
+                        bytes: payload_len as u64,
+                        limit: u64::from(MAX_RECORD),
+                    },
+                    poisoned: false,
+                });
+            }
+        };
+        let len_bytes = len.to_le_bytes();
+        let crc = record_crc(len_bytes, &record[RECORD_HEADER_LEN as usize..]);
+        record[0..4].copy_from_slice(&len_bytes);
+        record[4..8].copy_from_slice(&crc.to_le_bytes());
+        match fs::write_all(&self.file, &self.path, record) {
+            Ok(()) => {
+                self.len += record.len() as u64;
+                self.last_index = index;
+                Ok(self.len)
+            }
+            Err(error) => {
+                let poisoned = self.cut_back(self.len, self.last_index).is_err();
+                Err(AppendError { error, poisoned })
+            }
+        }
+    }
+
+    /// Cuts the file back to `len` bytes (a record boundary whose last record has
+    /// index `last_index`) and moves the write position there: a file not opened to
+    /// append would otherwise write its next record after a hole. Not synced: call
+    /// [`sync`](Self::sync) for that.
+    ///
+    /// # Errors
+    /// The I/O error of the cut.
+    pub fn cut_back(&mut self, len: u64, last_index: u64) -> Result<()> {
+        fs::set_len(&self.file, &self.path, len)?;
+        self.file.seek(SeekFrom::Start(len)).at(&self.path)?;
+        self.len = len;
+        self.last_index = last_index;
+        Ok(())
+    }
+
+    /// Makes everything appended (and cut) so far durable.
+    ///
+    /// # Errors
+    /// The I/O error of the fsync.
+    pub fn sync(&self) -> Result<()> {
+        fs::sync_data(&self.file, &self.path)
+    }
+
+    /// Another handle on the file, to fsync without holding the writer.
+    ///
+    /// # Errors
+    /// The I/O error of duplicating the handle.
+    pub fn sync_handle(&self) -> Result<(File, PathBuf)> {
+        Ok((self.file.try_clone().at(&self.path)?, self.path.clone()))
+    }
+}
+
+/// Makes `file` (at `path`, for errors) durable through the file seam.
+///
+/// # Errors
+/// The I/O error of the fsync.
+pub fn sync_file(file: &File, path: &Path) -> Result<()> {
+    fs::sync_data(file, path)
+}
+
+/// A record found by a scan.
+pub struct Record<R> {
+    /// Offset of the record in its segment.
+    pub offset: u64,
+    /// Offset just past it.
+    pub end: u64,
+    /// The decoded payload.
+    pub value: R,
+}
+
+/// What a scan of one segment found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scan {
+    /// The header's sequence number (0 for a torn header).
+    pub seq: u64,
+    /// The header's previous index (0 for a torn header).
+    pub prev_index: u64,
+    /// Length of the valid prefix of the file.
+    pub valid_len: u64,
+    /// Bytes after `valid_len` (a torn tail; only possible in the last segment).
+    pub torn_bytes: u64,
+    /// The header itself was torn (a crash while creating the segment).
+    pub torn_header: bool,
+}
+
+/// Reads the segment `path` of `format`, calling `on_header` with its sequence number
+/// and previous index once the header is checked (not for a torn header), then
+/// `decode` and `on_record` for each record in order. With `last` (the last segment),
+/// a torn tail is reported in the result instead of failing.
+///
+/// # Errors
+/// [`PersistError::BadMagic`], [`PersistError::UnsupportedVersion`],
+/// [`PersistError::Checksum`] or [`PersistError::Corrupt`] with the offset; a payload
+/// `decode` refuses is corruption at its offset; or the callbacks' own errors.
+pub fn scan_segment<R>(
+    format: &SegmentFormat,
+    path: &Path,
+    last: bool,
+    on_header: impl FnOnce(u64, u64) -> Result<()>,
+    mut decode: impl FnMut(&[u8]) -> std::result::Result<R, String>,
+    mut on_record: impl FnMut(Record<R>) -> Result<()>,
+) -> Result<Scan> {
+    let bytes = std::fs::read(path).at(path)?;
+    let total = bytes.len() as u64;
+    let corrupt = |offset: u64, reason: String| PersistError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    let bad_magic = || PersistError::BadMagic {
+        path: path.to_path_buf(),
+        kind: format.kind,
+    };
+    let unsupported = |version: u32| PersistError::UnsupportedVersion {
+        path: path.to_path_buf(),
+        version,
+        supported: format.version,
+    };
+    if total < SEGMENT_HEADER_LEN {
+        // A header cut short by a crash is a prefix of ours; anything else is not a
+        // file of ours (and must not be removed as a torn header).
+        let n = bytes.len().min(8);
+        if bytes[..n] != format.magic[..n] {
+            return Err(bad_magic());
+        }
+        if bytes.len() >= 12 {
+            let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+            if version != format.version {
+                return Err(unsupported(version));
+            }
+        }
+        if last {
+            return Ok(Scan {
+                seq: 0,
+                prev_index: 0,
+                valid_len: 0,
+                torn_bytes: total,
+                torn_header: true,
+            });
+        }
+        return Err(corrupt(0, "segment shorter than its header".into()));
+    }
+    if &bytes[0..8] != format.magic {
+        return Err(bad_magic());
+    }
+    let u32_at =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    // The version first: another version's header may be laid out differently, so
+    // its checksum cannot be checked as ours.
+    let version = u32_at(8);
+    if version != format.version {
+        return Err(unsupported(version));
+    }
+    if u32_at(28) != crc32fast::hash(&bytes[0..28]) {
+        return Err(PersistError::Checksum {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: "segment header",
+        });
+    }
+    let seq = u64_at(12);
+    let prev_index = u64_at(20);
+    on_header(seq, prev_index)?;
+
+    let mut at = SEGMENT_HEADER_LEN;
+    while at < total {
+        let remaining = total - at;
+        // A crash mid-write leaves a prefix of one record at the very end of the last
+        // segment. A whole valid record after the damage proves it is not that (a
+        // damaged length, a flipped byte) but corruption, which must not be truncated.
+        let torn = |reason: String| -> Result<Scan> {
+            if last && !valid_record_after(format, &bytes, at) {
+                Ok(Scan {
+                    seq,
+                    prev_index,
+                    valid_len: at,
+                    torn_bytes: remaining,
+                    torn_header: false,
+                })
+            } else {
+                Err(corrupt(at, reason))
+            }
+        };
+        if remaining < RECORD_HEADER_LEN {
+            return torn("record header cut short".into());
+        }
+        let p = at as usize;
+        let len = u32_at(p);
+        let stored_crc = u32_at(p + 4);
+        let end = at + RECORD_HEADER_LEN + u64::from(len);
+        if end > total {
+            return torn(format!(
+                "record of {len} bytes extends past the end of the segment"
+            ));
+        }
+        let payload = &bytes[p + 8..end as usize];
+        if record_crc(len.to_le_bytes(), payload) != stored_crc {
+            if end == total && last && !valid_record_after(format, &bytes, at) {
+                return torn("last record fails its checksum".into());
+            }
+            return Err(PersistError::Checksum {
+                path: path.to_path_buf(),
+                offset: at,
+                what: "log record",
+            });
+        }
+        if len > MAX_RECORD {
+            return Err(corrupt(
+                at,
+                format!("record length {len} exceeds the limit"),
+            ));
+        }
+        let value = decode(payload)
+            .map_err(|err| corrupt(at, format!("record does not decode: {err}")))?;
+        on_record(Record {
+            offset: at,
+            end,
+            value,
+        })?;
+        at = end;
+    }
+    Ok(Scan {
+        seq,
+        prev_index,
+        valid_len: total,
+        torn_bytes: 0,
+        torn_header: false,
+    })
+}
+
+/// Whether a whole record with a valid checksum and a payload the format's probe
+/// accepts starts anywhere after `from` in `bytes`. A torn write leaves only a prefix
+/// of one record, so finding one means the bytes at `from` were damaged, not torn.
+///
+/// The search checksums candidate records; past a budget of bytes (only reachable with
+/// forged input) it gives up and answers yes, so that the damage is reported as
+/// corruption rather than truncated away.
+fn valid_record_after(format: &SegmentFormat, bytes: &[u8], from: u64) -> bool {
+    let header = RECORD_HEADER_LEN as usize;
+    let mut budget = 2 * u64::from(MAX_RECORD);
+    let mut p = from as usize + 1;
+    while p + header <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+        let end = p + header + len.min(MAX_RECORD) as usize;
+        if len <= MAX_RECORD && end <= bytes.len() {
+            let cost = u64::from(len) + header as u64;
+            if cost > budget {
+                return true;
+            }
+            budget -= cost;
+            let stored =
+                u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
+            let payload = &bytes[p + header..end];
+            if record_crc(len.to_le_bytes(), payload) == stored
+                && (format.probe)(payload).is_some()
+            {
+                return true;
+            }
+        }
+        p += 1;
+    }
+    false
+}
+
+/// The whole, checksummed, decodable records in `bytes` from `from` on, and the first
+/// and last of their indexes: what a repair reports as lost. Damaged bytes are stepped
+/// over one at a time; past a budget of checksummed bytes (only reachable with forged
+/// input) the count stops, a lower bound.
+pub fn decodable_records(
+    format: &SegmentFormat,
+    bytes: &[u8],
+    from: u64,
+) -> (u64, Option<(u64, u64)>) {
+    let header = RECORD_HEADER_LEN as usize;
+    let mut budget = 4 * u64::from(MAX_RECORD);
+    let (mut count, mut range): (u64, Option<(u64, u64)>) = (0, None);
+    let mut p = from as usize;
+    while p + header <= bytes.len() {
+        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+        let end = p + header + len.min(MAX_RECORD) as usize;
+        if len <= MAX_RECORD && end <= bytes.len() {
+            let cost = u64::from(len) + header as u64;
+            if cost > budget {
+                break;
+            }
+            budget -= cost;
+            let stored =
+                u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
+            let payload = &bytes[p + header..end];
+            if record_crc(len.to_le_bytes(), payload) == stored
+                && let Some(index) = (format.probe)(payload)
+            {
+                count += 1;
+                range =
+                    Some(range.map_or((index, index), |(lo, hi)| (lo.min(index), hi.max(index))));
+                p = end;
+                continue;
+            }
+        }
+        p += 1;
+    }
+    (count, range)
+}
+
+/// Writes `bytes` to `path` atomically (a temporary file, fsynced, renamed into place,
+/// the directory fsynced): a crash leaves the old file or the new one.
+///
+/// # Errors
+/// The I/O error of the step that failed; the old file is then still in place.
+pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    fs::write_atomically(path, |out| out.write_all(bytes).at(path))
+}
+
+/// Removes `path` and fsyncs its directory, so the removal survives a crash.
+///
+/// # Errors
+/// The I/O error of the removal or the fsync.
+pub fn remove_file_durably(path: &Path) -> Result<()> {
+    fs::remove_file(path)?;
+    fs::sync_dir(fs::parent_dir(path))
+}
+
+/// Creates the directory `path` (and its parents) if missing.
+///
+/// # Errors
+/// The I/O error of the creation.
+pub fn create_dir_all(path: &Path) -> Result<()> {
+    fs::create_dir_all(path)
+}
