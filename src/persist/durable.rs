@@ -25,8 +25,8 @@ use super::fs;
 use super::lock::DirLock;
 pub use super::recover::{OpenReport, TornTail};
 use super::recover::{list, recover};
-use super::snapshot::write_snapshot;
 use super::segment::{AppendError, SegmentWriter};
+use super::snapshot::write_snapshot;
 use super::wal::{self, EncodedCommand, SEGMENT_HEADER_LEN, create_segment, segment_path};
 
 /// When a commit is made durable.
@@ -353,7 +353,9 @@ impl DurableStore {
                 self.inner
                     .store
                     .apply_staged(request.index, Cow::Owned(request.command), |index| {
-                        self.log(&mut logged_at, |wal| wal::append(wal, index, &request.encoded))
+                        self.log(&mut logged_at, |wal| {
+                            wal::append(wal, index, &request.encoded)
+                        })
                     })
             });
             match applied {

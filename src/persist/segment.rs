@@ -431,8 +431,8 @@ pub fn scan_segment<R>(
                 format!("record length {len} exceeds the limit"),
             ));
         }
-        let value = decode(payload)
-            .map_err(|err| corrupt(at, format!("record does not decode: {err}")))?;
+        let value =
+            decode(payload).map_err(|err| corrupt(at, format!("record does not decode: {err}")))?;
         on_record(Record {
             offset: at,
             end,
@@ -472,8 +472,7 @@ fn valid_record_after(format: &SegmentFormat, bytes: &[u8], from: u64) -> bool {
             let stored =
                 u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
             let payload = &bytes[p + header..end];
-            if record_crc(len.to_le_bytes(), payload) == stored
-                && (format.probe)(payload).is_some()
+            if record_crc(len.to_le_bytes(), payload) == stored && (format.probe)(payload).is_some()
             {
                 return true;
             }

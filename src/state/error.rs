@@ -159,6 +159,37 @@ pub enum StateError {
 /// Shorthand for results of the state layer.
 pub type Result<T, E = StateError> = std::result::Result<T, E>;
 
+impl StateError {
+    /// The variant's name (`VolumeInUse`, …): a stable, machine-readable kind for
+    /// errors that cross a network or an HTTP API as kind and message.
+    ///
+    /// ```
+    /// use schedstate::state::StateError;
+    /// assert_eq!(StateError::NodeNotFound("n1".into()).kind(), "NodeNotFound");
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StateError::StaleIndex { .. } => "StaleIndex",
+            StateError::BrokenInvariant(_) => "BrokenInvariant",
+            StateError::Engine(_) => "Engine",
+            StateError::EmptyRequest { .. } => "EmptyRequest",
+            StateError::MissingField { .. } => "MissingField",
+            StateError::FingerprintHalves { .. } => "FingerprintHalves",
+            StateError::FingerprintMismatch { .. } => "FingerprintMismatch",
+            StateError::NodeNotFound(_) => "NodeNotFound",
+            StateError::AllocNotFound(_) => "AllocNotFound",
+            StateError::PluginNotFound(_) => "PluginNotFound",
+            StateError::VolumeNotFound { .. } => "VolumeNotFound",
+            StateError::VolumeIdentityChanged { .. } => "VolumeIdentityChanged",
+            StateError::VolumeInUse { .. } => "VolumeInUse",
+            StateError::AttachmentModeConflict { .. } => "AttachmentModeConflict",
+            StateError::ReadOnlyAccessMode { .. } => "ReadOnlyAccessMode",
+            StateError::Unschedulable { .. } => "Unschedulable",
+            StateError::MaxClaimsReached { .. } => "MaxClaimsReached",
+        }
+    }
+}
+
 impl From<engine::Error> for StateError {
     fn from(e: engine::Error) -> Self {
         match e {

@@ -1,0 +1,103 @@
+//! Replication for schedstate: the state store as the state machine of
+//! [openraft](https://docs.rs/openraft/0.9), so that three or five servers hold the same
+//! state and survive the loss of one.
+//!
+//! The layers, bottom up:
+//!
+//! - [`LogStore`]: the Raft log on disk — openraft's log storage over the project's
+//!   segment framing (`schedstate::persist::segment`): checksummed records, torn-tail
+//!   repair, corruption refused with file and offset, fsync before an append is
+//!   acknowledged, one fsync for many entries under load. It is the server's only log.
+//! - the state machine: committed entries applied to a [`StateStore`](schedstate::state::StateStore)
+//!   at their log index (the log index *is* the write index); refused commands are
+//!   committed no-ops that answer the proposer with the typed error; snapshots are the
+//!   store's O(1) snapshot in its own format behind the Raft metadata; installing one
+//!   is a checked restore that abandons every watch.
+//! - [`Network`]: how a server reaches the others — the in-process [`Router`] (drop,
+//!   delay, partition) for tests, or TCP.
+//! - [`Server`]: the handle — [`propose`](Server::propose),
+//!   [`propose_or_forward`](Server::propose_or_forward), consistent and stale reads,
+//!   blocking queries on every server, membership.
+//!
+//! A three-server cluster in one process:
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use schedstate::model::Node;
+//! use schedstate::state::Command;
+//! use schedstate_raft::{Router, Server, ServerOptions};
+//!
+//! let dirs = tempfile::tempdir()?;
+//! let router = Router::new();
+//! let mut servers = Vec::new();
+//! for id in 1..=3 {
+//!     let dir = dirs.path().join(format!("s{id}"));
+//!     let server = Server::open(id, &dir, ServerOptions::default(), router.network(id)).await?;
+//!     router.add(server.clone());
+//!     servers.push(server);
+//! }
+//! servers[0].initialize((1..=3).map(|id| (id, format!("server-{id}")))).await?;
+//!
+//! // Any server takes the write: a follower forwards it to the leader.
+//! let node = Node::new("node-1", "dc1");
+//! let committed = servers[2]
+//!     .propose_or_forward(Command::UpsertNodes { nodes: vec![node] })
+//!     .await?;
+//!
+//! // Every server applies it; read-your-writes on a follower.
+//! for s in &servers {
+//!     s.wait_applied(committed.index, std::time::Duration::from_secs(10)).await?;
+//!     assert!(s.read_stale().view().node("node-1").is_some());
+//! }
+//! for s in &servers {
+//!     s.shutdown().await;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod log_format;
+mod log_store;
+mod network;
+mod router;
+mod server;
+mod snapshot_file;
+mod state_machine;
+
+use std::io::Cursor;
+use std::sync::Arc;
+
+use schedstate::state::Command;
+
+pub use error::{ClusterError, OpenError, ProposeError};
+pub use log_format::{RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION};
+pub use log_store::{LogOpenReport, LogOptions, LogStore};
+pub use network::{BoxFuture, Network, RpcFailure, RpcResult};
+pub use router::{Router, RouterNetwork};
+pub use server::{Committed, Server, ServerOptions};
+pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};
+pub use state_machine::ApplyResponse;
+
+/// A server's id in the cluster.
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// The types openraft is instantiated with: log entries carry `Arc`-shared
+    /// [`Command`]s, so replication and apply never copy a command's rows.
+    pub TypeConfig:
+        D = Arc<Command>,
+        R = ApplyResponse,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// A log entry.
+pub type Entry = openraft::Entry<TypeConfig>;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,619 @@
+//! The Raft log on disk: openraft's [`RaftLogStorage`] over the project's segment
+//! framing. It is the only log a replicated server writes: the state machine's
+//! durable record is this log plus its snapshots.
+//!
+//! - **append** writes the records (no fsync) and hands the flush to a flusher thread,
+//!   which fsyncs once for everything appended since its last fsync and only then
+//!   tells openraft the entries are durable: many entries per fsync under load.
+//! - **truncate** (a conflicting suffix) waits for pending flushes, removes later
+//!   segments, cuts the segment holding the first removed entry at its offset, fsyncs.
+//!   A crash in between leaves a prefix of the old log, which Raft tolerates (the
+//!   follower had not acknowledged the new entries).
+//! - **purge** records the purge point in the metadata file first, then removes the
+//!   segments wholly before it; entries before the point that stay on disk (in a
+//!   segment that also holds later ones) are skipped when the log is opened.
+//! - the **vote** lives in the metadata file, written atomically and fsynced before
+//!   `save_vote` returns.
+//!
+//! All entries since the last purge are also kept in memory, as `Arc`-shared
+//! commands: replication reads them without touching the disk, and openraft purges
+//! after every snapshot, which bounds them.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
+use parking_lot::{Condvar, Mutex};
+use schedstate::persist::PersistError;
+use schedstate::persist::segment::{
+    self, SegmentWriter, create_dir_all, remove_file_durably, scan_segment, write_file_atomically,
+};
+
+use crate::log_format::{
+    RAFT_LOG_FORMAT, RaftMeta, RaftRecord, meta_path, parse_segment_name, segment_name,
+};
+use crate::{Entry, NodeId, TypeConfig};
+
+/// How the log is kept on disk.
+#[derive(Debug, Clone, Copy)]
+pub struct LogOptions {
+    /// A segment is closed and a new one started once it holds this many bytes.
+    pub segment_bytes: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What opening a log found and repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogOpenReport {
+    /// Entries found after the purge point.
+    pub entries: u64,
+    /// Bytes of a torn tail cut off the last segment (a crash mid-append).
+    pub torn_bytes: u64,
+}
+
+/// The Raft log of one server. Cheap to clone: clones share the log (openraft's log
+/// reader is a clone).
+#[derive(Clone)]
+pub struct LogStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    options: LogOptions,
+    log: Mutex<Log>,
+    flusher: Mutex<Option<mpsc::Sender<LogFlushed<TypeConfig>>>>,
+    /// Flush requests sent and completed, for the barrier truncate and purge wait at.
+    flushes: Mutex<(u64, u64)>,
+    flushed: Condvar,
+}
+
+struct Log {
+    /// Entries after the purge point, contiguous, with where each record starts.
+    entries: VecDeque<(Entry, u64, u64)>,
+    /// Every segment on disk: sequence number → the position (Raft index + 1) of the
+    /// record before its first one.
+    segments: BTreeMap<u64, u64>,
+    writer: SegmentWriter,
+    meta: RaftMeta,
+    /// Why the log refuses writes (a failed fsync or cut).
+    poisoned: Option<String>,
+}
+
+fn io_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::<NodeId>::write_logs(&e).into()
+}
+
+fn poisoned_err(why: &str) -> StorageError<NodeId> {
+    io_err(std::io::Error::other(format!(
+        "the raft log is poisoned: {why}"
+    )))
+}
+
+impl LogStore {
+    /// Opens (or creates) the log in `dir`: reads the metadata, scans every segment,
+    /// cuts a torn tail off the last one, and keeps the entries after the purge point.
+    ///
+    /// # Errors
+    /// A [`PersistError`] naming the file and offset of any damage that is not a torn
+    /// tail, a missing segment, or an I/O error.
+    pub fn open(
+        dir: &Path,
+        options: LogOptions,
+    ) -> Result<(LogStore, LogOpenReport), PersistError> {
+        create_dir_all(dir)?;
+        let meta_file = meta_path(dir);
+        let meta = match std::fs::read(&meta_file) {
+            Ok(bytes) => RaftMeta::decode(&meta_file, &bytes)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => RaftMeta::default(),
+            Err(source) => {
+                return Err(PersistError::Io {
+                    path: meta_file,
+                    source,
+                });
+            }
+        };
+        // Positions: a record's position is its Raft index + 1 (a Raft log starts at
+        // index 0, the initial membership), so position 0 means "nothing before".
+        let purged = meta.last_purged().map_or(0, |l| l.index + 1);
+
+        let mut seqs = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|source| PersistError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })? {
+            let entry = entry.map_err(|source| PersistError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+            if let Some(seq) = entry.file_name().to_str().and_then(parse_segment_name) {
+                seqs.push(seq);
+            }
+        }
+        seqs.sort_unstable();
+
+        let mut report = LogOpenReport::default();
+        let mut entries: VecDeque<(Entry, u64, u64)> = VecDeque::new();
+        let mut segments = BTreeMap::new();
+        let mut last_index: Option<u64> = None;
+        let mut tail: Option<(u64, u64, u64)> = None; // (seq, valid_len, last index)
+        for (i, &seq) in seqs.iter().enumerate() {
+            let path = dir.join(segment_name(seq));
+            let is_last = i + 1 == seqs.len();
+            let seg_last = std::cell::Cell::new(None::<u64>);
+            let seg_prev = std::cell::Cell::new(0u64);
+            let scan = scan_segment(
+                &RAFT_LOG_FORMAT,
+                &path,
+                is_last,
+                |hseq, prev| {
+                    if hseq != seq {
+                        return Err(PersistError::Corrupt {
+                            path: path.clone(),
+                            offset: 12,
+                            reason: format!("header says segment {hseq}, file name says {seq}"),
+                        });
+                    }
+                    if let Some(last) = last_index
+                        && prev != last
+                    {
+                        return Err(PersistError::MissingSegment {
+                            path: path.clone(),
+                            reason: format!(
+                                "segment starts after index {prev}, but the log before it ends at {last}"
+                            ),
+                        });
+                    }
+                    seg_prev.set(prev);
+                    seg_last.set(Some(prev));
+                    Ok(())
+                },
+                |payload| postcard::from_bytes::<RaftRecord>(payload).map_err(|e| e.to_string()),
+                |rec| {
+                    let expected = seg_last.get().map_or(1, |l| l + 1);
+                    if rec.value.index + 1 != expected {
+                        return Err(PersistError::Corrupt {
+                            path: path.clone(),
+                            offset: rec.offset,
+                            reason: format!(
+                                "log index {} where {} was expected",
+                                rec.value.index,
+                                expected - 1
+                            ),
+                        });
+                    }
+                    seg_last.set(Some(rec.value.index + 1));
+                    if rec.value.index + 1 > purged {
+                        entries.push_back((rec.value.into_entry(), seq, rec.offset));
+                    }
+                    Ok(())
+                },
+            )?;
+            if scan.torn_header {
+                // A crash while creating the segment: it never held a record.
+                remove_file_durably(&path)?;
+                report.torn_bytes += scan.torn_bytes;
+                continue;
+            }
+            report.torn_bytes += scan.torn_bytes;
+            segments.insert(seq, seg_prev.get());
+            last_index = seg_last.get();
+            tail = Some((
+                seq,
+                scan.valid_len,
+                seg_last.get().unwrap_or(seg_prev.get()),
+            ));
+        }
+        // The log starts after the purge point, or where its first segment starts
+        // (an empty log may begin at any index, e.g. right after a snapshot).
+        let start = purged.max(segments.values().next().copied().unwrap_or(0));
+        if let Some((first, _, _)) = entries.front()
+            && first.log_id.index + 1 != start + 1
+        {
+            return Err(PersistError::MissingSegment {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "the log resumes at index {} after position {start}",
+                    first.log_id.index
+                ),
+            });
+        }
+        report.entries = entries.len() as u64;
+
+        let writer = match tail {
+            Some((seq, valid_len, last)) => {
+                let mut w =
+                    SegmentWriter::reopen(dir.join(segment_name(seq)), seq, valid_len, last)?;
+                if report.torn_bytes > 0 {
+                    w.cut_back(valid_len, last)?;
+                    w.sync()?;
+                }
+                w
+            }
+            None => {
+                let seq = seqs.last().map_or(1, |s| s + 1);
+                let w = SegmentWriter::create(
+                    &RAFT_LOG_FORMAT,
+                    dir.join(segment_name(seq)),
+                    seq,
+                    purged,
+                )?;
+                segments.insert(seq, purged);
+                w
+            }
+        };
+
+        let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            options,
+            log: Mutex::new(Log {
+                entries,
+                segments,
+                writer,
+                meta,
+                poisoned: None,
+            }),
+            flusher: Mutex::new(Some(tx)),
+            flushes: Mutex::new((0, 0)),
+            flushed: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("raft-log-flush".into())
+            .spawn(move || flush_loop(&weak, &rx))
+            .map_err(|source| PersistError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        Ok((LogStore { shared }, report))
+    }
+
+    /// The directory the log lives in.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The sequence numbers of the segments on disk.
+    pub fn segment_seqs(&self) -> Vec<u64> {
+        self.shared.log.lock().segments.keys().copied().collect()
+    }
+
+    /// Waits until every flush asked for so far is done.
+    fn flush_barrier(&self) {
+        let mut f = self.shared.flushes.lock();
+        let target = f.0;
+        while f.1 < target {
+            self.shared.flushed.wait(&mut f);
+        }
+    }
+
+    fn write_meta(&self, log: &Log) -> Result<(), PersistError> {
+        write_file_atomically(&meta_path(&self.shared.dir), &log.meta.encode()?)
+    }
+
+    /// Closes the current segment (fsynced) and starts segment seq+1 after `prev`.
+    fn roll(&self, log: &mut Log, prev: u64) -> Result<(), PersistError> {
+        log.writer.sync()?;
+        let seq = log.writer.seq() + 1;
+        let w = SegmentWriter::create(
+            &RAFT_LOG_FORMAT,
+            self.shared.dir.join(segment_name(seq)),
+            seq,
+            prev,
+        )?;
+        log.segments.insert(seq, prev);
+        log.writer = w;
+        Ok(())
+    }
+
+    /// Starts a new segment whose first record will be `index`, and removes every
+    /// older segment. Only for an empty log.
+    fn restart_at(&self, log: &mut Log, index: u64) -> Result<(), PersistError> {
+        self.roll(log, index)?;
+        let current = log.writer.seq();
+        let older: Vec<u64> = log.segments.range(..current).map(|(s, _)| *s).collect();
+        for seq in older {
+            remove_file_durably(&self.shared.dir.join(segment_name(seq)))?;
+            log.segments.remove(&seq);
+        }
+        Ok(())
+    }
+
+    fn append_records(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let mut log = self.shared.log.lock();
+        if let Some(why) = &log.poisoned {
+            return Err(poisoned_err(why));
+        }
+        for entry in entries {
+            let index = entry.log_id.index;
+            if index + 1 != log.writer.last_index() + 1 {
+                // Only into an empty log (nothing yet, or everything purged: a
+                // snapshot installed): the log then starts at this entry, in a new
+                // segment, and the older segments (nothing in them is kept) go.
+                if log.entries.is_empty() {
+                    self.restart_at(&mut log, index).map_err(|e| {
+                        log.poisoned = Some(e.to_string());
+                        io_err(e)
+                    })?;
+                } else {
+                    return Err(io_err(std::io::Error::other(format!(
+                        "append of index {index} after position {}",
+                        log.writer.last_index()
+                    ))));
+                }
+            }
+            let record = RaftRecord::from_entry(&entry);
+            let offset = log.writer.len();
+            let seq = log.writer.seq();
+            if let Err(e) = log.writer.append(index + 1, |buf| {
+                let taken = std::mem::take(buf);
+                *buf = postcard::to_extend(&record, taken)?;
+                Ok(())
+            }) {
+                if e.poisoned {
+                    log.poisoned = Some(e.error.to_string());
+                }
+                return Err(io_err(e.error));
+            }
+            log.entries.push_back((entry, seq, offset));
+            if log.writer.len() >= self.shared.options.segment_bytes {
+                let last = log.writer.last_index();
+                if let Err(e) = self.roll(&mut log, last) {
+                    log.poisoned = Some(e.to_string());
+                    return Err(io_err(e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The flusher: one fsync for every append that arrived while the previous one ran.
+fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<LogFlushed<TypeConfig>>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let handle = {
+            let log = shared.log.lock();
+            match &log.poisoned {
+                Some(why) => Err(std::io::Error::other(format!(
+                    "the raft log is poisoned: {why}"
+                ))),
+                None => log.writer.sync_handle().map_err(std::io::Error::other),
+            }
+        };
+        let result = handle.and_then(|(file, path)| {
+            segment::sync_file(&file, &path).map_err(std::io::Error::other)
+        });
+        if let Err(e) = &result {
+            shared.log.lock().poisoned = Some(e.to_string());
+        }
+        let n = batch.len() as u64;
+        for cb in batch {
+            let r = match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+            };
+            cb.log_io_completed(r);
+        }
+        shared.flushes.lock().1 += n;
+        shared.flushed.notify_all();
+    }
+}
+
+fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        let (start, end) = range_bounds(&range);
+        let log = self.shared.log.lock();
+        let Some((first, _, _)) = log.entries.front() else {
+            return Ok(Vec::new());
+        };
+        let first = first.log_id.index;
+        let from = start.max(first) - first;
+        let to = (end.max(first) - first).min(log.entries.len() as u64);
+        Ok(log
+            .entries
+            .range(from as usize..to.max(from) as usize)
+            .map(|(e, _, _)| e.clone())
+            .collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
+        let log = self.shared.log.lock();
+        let last_purged_log_id = log.meta.last_purged();
+        let last_log_id = log
+            .entries
+            .back()
+            .map(|(e, _, _)| e.log_id)
+            .or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let mut log = self.shared.log.lock();
+        let old = log.meta.clone();
+        log.meta.set_vote(vote);
+        if let Err(e) = self.write_meta(&log) {
+            log.meta = old;
+            return Err(StorageIOError::<NodeId>::write_vote(&e).into());
+        }
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
+        Ok(self.shared.log.lock().meta.vote())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<NodeId>>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        self.append_records(entries)?;
+        let sender = self.shared.flusher.lock().clone();
+        match sender {
+            Some(tx) => {
+                self.shared.flushes.lock().0 += 1;
+                if let Err(mpsc::SendError(cb)) = tx.send(callback) {
+                    self.shared.flushes.lock().1 += 1;
+                    cb.log_io_completed(Err(std::io::Error::other("the raft log flusher stopped")));
+                }
+            }
+            None => callback.log_io_completed(Err(std::io::Error::other("the raft log is closed"))),
+        }
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.flush_barrier();
+        let mut log = self.shared.log.lock();
+        if let Some(why) = &log.poisoned {
+            return Err(poisoned_err(why));
+        }
+        let Some((first, _, _)) = log.entries.front() else {
+            return Ok(());
+        };
+        let first = first.log_id.index;
+        if log_id.index < first {
+            return Err(io_err(std::io::Error::other(format!(
+                "truncate at index {} before the first entry {first}",
+                log_id.index
+            ))));
+        }
+        let pos = (log_id.index - first) as usize;
+        let Some(&(_, seq, offset)) = log.entries.get(pos) else {
+            return Ok(());
+        };
+        let cut = (|| -> Result<(), PersistError> {
+            let later: Vec<u64> = log.segments.range(seq + 1..).map(|(s, _)| *s).collect();
+            if log.writer.seq() != seq {
+                let path = self.shared.dir.join(segment_name(seq));
+                log.writer = SegmentWriter::reopen(path, seq, offset, log_id.index)?;
+            }
+            for s in later.into_iter().rev() {
+                remove_file_durably(&self.shared.dir.join(segment_name(s)))?;
+                log.segments.remove(&s);
+            }
+            log.writer.cut_back(offset, log_id.index)?;
+            log.writer.sync()
+        })();
+        if let Err(e) = cut {
+            log.poisoned = Some(e.to_string());
+            return Err(io_err(e));
+        }
+        log.entries.truncate(pos);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
+        self.flush_barrier();
+        let mut log = self.shared.log.lock();
+        if let Some(why) = &log.poisoned {
+            return Err(poisoned_err(why));
+        }
+        if log
+            .meta
+            .last_purged()
+            .is_some_and(|p| p.index >= log_id.index)
+        {
+            return Ok(());
+        }
+        let old = log.meta.clone();
+        log.meta.last_purged = Some(crate::log_format::log_id_parts(&log_id));
+        if let Err(e) = self.write_meta(&log) {
+            log.meta = old;
+            return Err(io_err(e));
+        }
+        while log
+            .entries
+            .front()
+            .is_some_and(|(e, _, _)| e.log_id.index <= log_id.index)
+        {
+            log.entries.pop_front();
+        }
+        let removed = (|| -> Result<(), PersistError> {
+            if log.entries.is_empty() && log.writer.last_index() <= log_id.index + 1 {
+                // Everything is purged: the log restarts after the purge point.
+                self.roll(&mut log, log_id.index + 1)?;
+            }
+            // A segment can go once the next one starts at or before the purge point.
+            let seqs: Vec<(u64, u64)> = log.segments.iter().map(|(s, p)| (*s, *p)).collect();
+            for pair in seqs.windows(2) {
+                let (seq, _) = pair[0];
+                let (_, next_prev) = pair[1];
+                if next_prev <= log_id.index + 1 {
+                    remove_file_durably(&self.shared.dir.join(segment_name(seq)))?;
+                    log.segments.remove(&seq);
+                } else {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = removed {
+            // The purge point is recorded; files left behind are skipped on open.
+            tracing::warn!(error = %e, "raft log: removing purged segments failed");
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The flusher thread holds only a weak reference; dropping the sender ends it.
+        self.flusher.get_mut().take();
+    }
+}

@@ -1,0 +1,234 @@
+//! How one server reaches the others: the [`Network`] trait, and the adapter that
+//! makes any implementation openraft's network.
+//!
+//! A [`Network`] value belongs to one server (it knows who is sending, so a test
+//! router can cut links). It carries the three Raft RPCs and one of ours: forwarding a
+//! proposal to the leader. Two implementations: [`Router`](crate::Router), in process,
+//! able to drop, delay and partition; [`TcpNetwork`](crate::TcpNetwork), over TCP.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use openraft::BasicNode;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use schedstate::state::Command;
+
+use crate::{Committed, NodeId, ProposeError, TypeConfig};
+
+/// Why an RPC got no answer from the remote Raft.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcFailure {
+    /// The target could not be reached (no route, refused, cut, dropped, timed out).
+    #[error("server {target} unreachable: {reason}")]
+    Unreachable {
+        /// The server the RPC was for.
+        target: NodeId,
+        /// Why.
+        reason: String,
+    },
+    /// The answer could not be read (a protocol error on the wire).
+    #[error("bad answer from server {target}: {reason}")]
+    Protocol {
+        /// The server the RPC was for.
+        target: NodeId,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// The result of one RPC: the remote Raft's own answer, or why there was none.
+pub type RpcResult<T, E = RaftError<NodeId>> = Result<Result<T, E>, RpcFailure>;
+
+/// A boxed, sendable future (what a forwarded proposal returns).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// One server's way to reach the others.
+pub trait Network: Clone + Send + Sync + 'static {
+    /// Sends entries (or a heartbeat) to `target` at `addr`.
+    fn append_entries(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> impl Future<Output = RpcResult<AppendEntriesResponse<NodeId>>> + Send;
+
+    /// Asks `target` for its vote.
+    fn vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: VoteRequest<NodeId>,
+    ) -> impl Future<Output = RpcResult<VoteResponse<NodeId>>> + Send;
+
+    /// Sends one chunk of a snapshot.
+    fn install_snapshot(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> impl Future<
+        Output = RpcResult<
+            InstallSnapshotResponse<NodeId>,
+            RaftError<NodeId, InstallSnapshotError>,
+        >,
+    > + Send;
+
+    /// Proposes `command` on `target` (the leader, as far as the caller knows) and
+    /// waits for its answer.
+    fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        command: Command,
+    ) -> impl Future<Output = Result<Result<Committed, ProposeError>, RpcFailure>> + Send;
+}
+
+/// Forwarding without the network's type, for the server handle.
+pub(crate) trait Forwarder: Send + Sync + 'static {
+    fn forward<'a>(
+        &'a self,
+        target: NodeId,
+        addr: String,
+        command: Command,
+    ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>>;
+}
+
+impl<N: Network> Forwarder for N {
+    fn forward<'a>(
+        &'a self,
+        target: NodeId,
+        addr: String,
+        command: Command,
+    ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>> {
+        Box::pin(async move { Network::forward(self, target, &addr, command).await })
+    }
+}
+
+/// openraft's network factory over a [`Network`].
+pub(crate) struct Factory<N>(pub N);
+
+/// openraft's connection to one target over a [`Network`].
+pub(crate) struct Connection<N> {
+    net: N,
+    target: NodeId,
+    addr: String,
+}
+
+impl<N: Network> RaftNetworkFactory<TypeConfig> for Factory<N> {
+    type Network = Connection<N>;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        Connection {
+            net: self.0.clone(),
+            target,
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Failure(RpcFailure);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+type Answer<T, E> = Result<T, RaftError<NodeId, E>>;
+type OpenraftRpcError<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
+/// Maps our failures to openraft's: unreachable (openraft backs off and retries) or a
+/// network error.
+fn rpc_error<T, E: std::error::Error>(
+    result: RpcResult<T, RaftError<NodeId, E>>,
+) -> Result<Answer<T, E>, OpenraftRpcError<E>> {
+    match result {
+        Ok(answer) => Ok(answer),
+        Err(f @ RpcFailure::Unreachable { .. }) => {
+            Err(RPCError::Unreachable(Unreachable::new(&Failure(f))))
+        }
+        Err(f @ RpcFailure::Protocol { .. }) => {
+            Err(RPCError::Network(NetworkError::new(&Failure(f))))
+        }
+    }
+}
+
+fn remote<T, E: std::error::Error>(
+    target: NodeId,
+    answer: Answer<T, E>,
+) -> Result<T, OpenraftRpcError<E>> {
+    answer.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
+}
+
+/// Bounds an RPC by openraft's hard time-to-live.
+async fn within<T, E>(
+    ttl: std::time::Duration,
+    target: NodeId,
+    fut: impl Future<Output = RpcResult<T, RaftError<NodeId, E>>>,
+) -> RpcResult<T, RaftError<NodeId, E>> {
+    match tokio::time::timeout(ttl, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(RpcFailure::Unreachable {
+            target,
+            reason: format!("no answer within {ttl:?}"),
+        }),
+    }
+}
+
+impl<N: Network> RaftNetwork<TypeConfig> for Connection<N> {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let answer = within(
+            option.hard_ttl(),
+            self.target,
+            self.net.append_entries(self.target, &self.addr, rpc),
+        )
+        .await;
+        remote(self.target, rpc_error(answer)?)
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let answer = within(
+            option.hard_ttl(),
+            self.target,
+            self.net.install_snapshot(self.target, &self.addr, rpc),
+        )
+        .await;
+        remote(self.target, rpc_error(answer)?)
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let answer = within(
+            option.hard_ttl(),
+            self.target,
+            self.net.vote(self.target, &self.addr, rpc),
+        )
+        .await;
+        remote(self.target, rpc_error(answer)?)
+    }
+}

@@ -1,0 +1,202 @@
+//! The in-process network: servers in one process call each other directly, through
+//! a router that can cut links (partitions), delay messages and drop a share of them —
+//! for tests and examples.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use parking_lot::Mutex;
+use schedstate::state::Command;
+
+use crate::network::{Network, RpcFailure, RpcResult};
+use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
+
+/// Connects servers of one process. Cheap to clone.
+///
+/// ```
+/// use schedstate_raft::Router;
+/// let router = Router::new();
+/// router.partition(&[&[1], &[2, 3]]); // 1 cannot reach 2 or 3, nor they it
+/// assert!(!router.connected(1, 2));
+/// assert!(router.connected(2, 3));
+/// router.heal();
+/// assert!(router.connected(1, 2));
+/// ```
+#[derive(Clone, Default)]
+pub struct Router {
+    state: Arc<Mutex<RouterState>>,
+}
+
+#[derive(Default)]
+struct RouterState {
+    servers: HashMap<NodeId, Server>,
+    cut: HashSet<(NodeId, NodeId)>,
+    delay: Duration,
+    drop_percent: u8,
+}
+
+impl Router {
+    /// A router with no servers and every link up.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The network server `from` sends through.
+    pub fn network(&self, from: NodeId) -> RouterNetwork {
+        RouterNetwork {
+            router: self.clone(),
+            from,
+        }
+    }
+
+    /// Makes `server` reachable (replacing one with the same id).
+    pub fn add(&self, server: Server) {
+        self.state.lock().servers.insert(server.id(), server);
+    }
+
+    /// Makes server `id` unreachable and returns it: what a crash looks like to the
+    /// others.
+    pub fn remove(&self, id: NodeId) -> Option<Server> {
+        self.state.lock().servers.remove(&id)
+    }
+
+    /// The server `id`, if reachable.
+    pub fn server(&self, id: NodeId) -> Option<Server> {
+        self.state.lock().servers.get(&id).cloned()
+    }
+
+    /// Cuts every link between servers of different `groups` (both ways).
+    pub fn partition(&self, groups: &[&[NodeId]]) {
+        let mut s = self.state.lock();
+        for (i, a) in groups.iter().enumerate() {
+            for b in &groups[i + 1..] {
+                for &x in *a {
+                    for &y in *b {
+                        s.cut.insert((x, y));
+                        s.cut.insert((y, x));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Restores every link.
+    pub fn heal(&self) {
+        self.state.lock().cut.clear();
+    }
+
+    /// Whether `from` can reach `to`.
+    pub fn connected(&self, from: NodeId, to: NodeId) -> bool {
+        !self.state.lock().cut.contains(&(from, to))
+    }
+
+    /// Delays every message by `delay`.
+    pub fn set_delay(&self, delay: Duration) {
+        self.state.lock().delay = delay;
+    }
+
+    /// Drops `percent` % of messages (each request and each answer on its own).
+    pub fn set_drop_percent(&self, percent: u8) {
+        self.state.lock().drop_percent = percent.min(100);
+    }
+
+    /// The target if the link is up and the message is not dropped, after the delay.
+    async fn route(&self, from: NodeId, to: NodeId) -> Result<Server, RpcFailure> {
+        let (server, delay) = self.check(from, to)?;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(server)
+    }
+
+    fn check(&self, from: NodeId, to: NodeId) -> Result<(Server, Duration), RpcFailure> {
+        let s = self.state.lock();
+        let unreachable = |reason: &str| RpcFailure::Unreachable {
+            target: to,
+            reason: reason.into(),
+        };
+        if s.cut.contains(&(from, to)) {
+            return Err(unreachable("link cut"));
+        }
+        if s.drop_percent > 0 && fastrand::u8(0..100) < s.drop_percent {
+            return Err(unreachable("message dropped"));
+        }
+        let server = s
+            .servers
+            .get(&to)
+            .cloned()
+            .ok_or_else(|| unreachable("no such server (down)"))?;
+        Ok((server, s.delay))
+    }
+
+    /// The answer's way back: the link may have been cut meanwhile.
+    fn answer<T>(&self, from: NodeId, to: NodeId, answer: T) -> Result<T, RpcFailure> {
+        self.check(to, from).map(|_| answer).or_else(|e| match e {
+            // The sender itself may be gone (crashed); its answer is lost with it.
+            RpcFailure::Unreachable { .. } => Err(RpcFailure::Unreachable {
+                target: to,
+                reason: "answer lost".into(),
+            }),
+            other => Err(other),
+        })
+    }
+}
+
+/// One server's view of a [`Router`].
+#[derive(Clone)]
+pub struct RouterNetwork {
+    router: Router,
+    from: NodeId,
+}
+
+impl Network for RouterNetwork {
+    async fn append_entries(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        let server = self.router.route(self.from, target).await?;
+        let answer = server.raft().append_entries(rpc).await;
+        self.router.answer(self.from, target, answer)
+    }
+
+    async fn vote(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        rpc: VoteRequest<NodeId>,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        let server = self.router.route(self.from, target).await?;
+        let answer = server.raft().vote(rpc).await;
+        self.router.answer(self.from, target, answer)
+    }
+
+    async fn install_snapshot(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        let server = self.router.route(self.from, target).await?;
+        let answer = server.raft().install_snapshot(rpc).await;
+        self.router.answer(self.from, target, answer)
+    }
+
+    async fn forward(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        command: Command,
+    ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
+        let server = self.router.route(self.from, target).await?;
+        let answer = server.propose(command).await;
+        self.router.answer(self.from, target, answer)
+    }
+}

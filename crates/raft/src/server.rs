@@ -1,0 +1,349 @@
+//! One replicated server: openraft over this crate's log and state machine, and the
+//! client API — propose, consistent and stale reads, blocking queries, membership.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, SnapshotPolicy};
+use parking_lot::Mutex;
+use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
+
+use crate::error::{ClusterError, OpenError, ProposeError};
+use crate::log_store::{LogOpenReport, LogOptions, LogStore};
+use crate::network::{Factory, Forwarder, Network};
+use crate::state_machine::{Applied, StateMachine};
+use crate::{NodeId, TypeConfig};
+
+/// A command that committed and was applied: its log index, which is also the write
+/// index of the state it produced (for read-your-writes and blocking queries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Committed {
+    /// The Raft log index of the entry.
+    pub index: u64,
+}
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// openraft's configuration (timeouts, snapshot policy, batch sizes).
+    pub raft: Config,
+    /// The log's segment size.
+    pub log: LogOptions,
+}
+
+impl Default for ServerOptions {
+    /// Heartbeat every 100 ms, election timeout 400–800 ms (a failover well under a
+    /// second, without spurious elections on a loaded 2-core machine); a snapshot every
+    /// 10,000 entries, keeping 1,000 entries behind it for followers that lag a little.
+    fn default() -> Self {
+        ServerOptions {
+            raft: Config {
+                cluster_name: "schedstate".into(),
+                heartbeat_interval: 100,
+                election_timeout_min: 400,
+                election_timeout_max: 800,
+                max_payload_entries: 512,
+                snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
+                max_in_snapshot_log_to_keep: 1_000,
+                ..Config::default()
+            },
+            log: LogOptions::default(),
+        }
+    }
+}
+
+/// One server of a replicated store. Cheap to clone.
+///
+/// Writes go through [`propose`](Self::propose) on the leader (or
+/// [`propose_or_forward`](Self::propose_or_forward) anywhere); every server applies
+/// the committed entries to its own store, so reads and blocking queries
+/// ([`reader`](Self::reader)) work on every server and wake when an entry is applied
+/// there.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: NodeId,
+    dir: PathBuf,
+    raft: Raft<TypeConfig>,
+    store: StateStore,
+    applied: Arc<Mutex<Applied>>,
+    forwarder: Box<dyn Forwarder>,
+    opened: LogOpenReport,
+}
+
+impl Server {
+    /// Starts server `id` on the data directory `dir` (created if missing), reaching
+    /// the others through `network`. A directory with state resumes it: the newest
+    /// snapshot is restored (checked), the log reopened (a torn tail cut), and Raft
+    /// replays the committed entries after the snapshot.
+    ///
+    /// # Errors
+    /// [`OpenError`]: damage in the log, metadata or snapshot files (with the file and
+    /// offset), a bad configuration.
+    pub async fn open<N: Network>(
+        id: NodeId,
+        dir: &Path,
+        options: ServerOptions,
+        network: N,
+    ) -> Result<Server, OpenError> {
+        let (log, opened) = LogStore::open(dir, options.log)?;
+        let store = StateStore::new();
+        let applied = Arc::new(Mutex::new(Applied::default()));
+        let sm = StateMachine::open(dir, store.clone(), applied.clone())?;
+        let config = Arc::new(options.raft.validate()?);
+        let raft = Raft::new(id, config, Factory(network.clone()), log, sm).await?;
+        Ok(Server {
+            inner: Arc::new(Inner {
+                id,
+                dir: dir.to_path_buf(),
+                raft,
+                store,
+                applied,
+                forwarder: Box::new(network),
+                opened,
+            }),
+        })
+    }
+
+    /// This server's id.
+    pub fn id(&self) -> NodeId {
+        self.inner.id
+    }
+
+    /// Its data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// What opening its log found.
+    pub fn open_report(&self) -> &LogOpenReport {
+        &self.inner.opened
+    }
+
+    /// The openraft handle, for metrics and operations this API does not wrap.
+    pub fn raft(&self) -> &Raft<TypeConfig> {
+        &self.inner.raft
+    }
+
+    /// Makes a new cluster of `members` (id → address); call it on one server of a
+    /// cluster that has never been initialized. Initializing an initialized server is
+    /// a no-op.
+    ///
+    /// # Errors
+    /// [`ClusterError`] when Raft refuses (members that do not include this server) or
+    /// has stopped.
+    pub async fn initialize(
+        &self,
+        members: impl IntoIterator<Item = (NodeId, String)>,
+    ) -> Result<(), ClusterError> {
+        let members: BTreeMap<NodeId, BasicNode> = members
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode { addr }))
+            .collect();
+        match self.inner.raft.initialize(members).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(RaftError::APIError(e)) => Err(ClusterError::Unavailable(e.to_string())),
+            Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
+        }
+    }
+
+    /// Proposes `command`: returns once it is committed by a quorum and applied here
+    /// (the leader), with its index.
+    ///
+    /// # Errors
+    /// [`ProposeError::Refused`] with the typed [`StateError`](schedstate::state::StateError)
+    /// when the rules refuse it (it is still a committed, no-op entry);
+    /// [`ProposeError::NotLeader`] naming the leader; see [`ProposeError`] for when the
+    /// outcome is unknown.
+    pub async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
+        match self.inner.raft.client_write(Arc::new(command)).await {
+            Ok(resp) => match resp.data.refused {
+                None => Ok(Committed {
+                    index: resp.log_id.index,
+                }),
+                Some(error) => Err(ProposeError::Refused {
+                    index: resp.log_id.index,
+                    error,
+                }),
+            },
+            Err(e) => Err(ProposeError::from_write(e)),
+        }
+    }
+
+    /// Proposes `command` here, or, when this server is not the leader, forwards it to
+    /// the leader it knows of over the network.
+    ///
+    /// # Errors
+    /// As [`propose`](Self::propose); a refusal forwarded over a network that carries
+    /// only kind and message is [`ProposeError::RefusedRemotely`].
+    pub async fn propose_or_forward(&self, command: Command) -> Result<Committed, ProposeError> {
+        let leader = self.leader_node().await;
+        match leader {
+            Some((id, addr)) if id != self.inner.id => {
+                match self.inner.forwarder.forward(id, addr, command).await {
+                    Ok(answer) => answer,
+                    Err(failure) => Err(ProposeError::Unavailable(failure.to_string())),
+                }
+            }
+            _ => self.propose(command).await,
+        }
+    }
+
+    /// The current leader as this server knows it, with its address.
+    pub async fn leader_node(&self) -> Option<(NodeId, String)> {
+        let m = self.inner.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default();
+        Some((leader, addr))
+    }
+
+    /// The current leader's id as this server knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.inner.raft.metrics().borrow().current_leader
+    }
+
+    /// Whether this server believes it is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.leader() == Some(self.inner.id)
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.inner.raft.metrics().borrow().current_term
+    }
+
+    /// The members' ids and addresses (voters and learners) of the membership this
+    /// server applied last, and which of them vote.
+    pub fn members(&self) -> (BTreeMap<NodeId, String>, BTreeSet<NodeId>) {
+        let a = self.inner.applied.lock();
+        let m = a.membership.membership();
+        (
+            m.nodes().map(|(id, n)| (*id, n.addr.clone())).collect(),
+            m.voter_ids().collect(),
+        )
+    }
+
+    /// A linearizable read: confirms leadership with a quorum (openraft's read index),
+    /// waits until this server applied everything committed before the read, and
+    /// returns that version of the state. Only the leader answers.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotLeader`], or no quorum.
+    pub async fn read_consistent(&self) -> Result<StateSnapshot, ClusterError> {
+        match self.inner.raft.ensure_linearizable().await {
+            Ok(_) => Ok(self.inner.store.snapshot()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(ProposeError::not_leader(f).into())
+            }
+            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
+                Err(ClusterError::Unavailable(q.to_string()))
+            }
+            Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
+        }
+    }
+
+    /// A stale read: this server's latest applied state, without asking anyone.
+    pub fn read_stale(&self) -> StateSnapshot {
+        self.inner.store.snapshot()
+    }
+
+    /// This server's reader: snapshots and blocking queries, woken when entries are
+    /// applied here (and abandoned and re-run when a snapshot is installed).
+    pub fn reader(&self) -> &StateReader {
+        self.inner.store.reader()
+    }
+
+    /// The index of the last entry applied here (refused commands, blank and
+    /// membership entries included).
+    pub fn last_applied(&self) -> u64 {
+        self.inner.applied.lock().last.map_or(0, |l| l.index)
+    }
+
+    /// Snapshots installed from a leader since this server started.
+    pub fn snapshots_installed(&self) -> u64 {
+        self.inner.applied.lock().installs
+    }
+
+    /// Waits until this server applied `index` (read-your-writes on a follower).
+    ///
+    /// # Errors
+    /// [`ClusterError::Unavailable`] when `timeout` passes first.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> Result<(), ClusterError> {
+        self.inner
+            .raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "wait_applied")
+            .await
+            .map(|_| ())
+            .map_err(|e| ClusterError::Unavailable(e.to_string()))
+    }
+
+    /// Adds server `id` at `addr` as a learner (it receives the log, does not vote) and
+    /// waits until it caught up. Leader only.
+    ///
+    /// # Errors
+    /// [`ClusterError`].
+    pub async fn add_learner(
+        &self,
+        id: NodeId,
+        addr: impl Into<String>,
+    ) -> Result<(), ClusterError> {
+        self.inner
+            .raft
+            .add_learner(id, BasicNode { addr: addr.into() }, true)
+            .await
+            .map(|_| ())
+            .map_err(|e| ProposeError::from_write(e).into())
+    }
+
+    /// Makes the learners `ids` voters. Leader only.
+    ///
+    /// # Errors
+    /// [`ClusterError`].
+    pub async fn promote(&self, ids: impl IntoIterator<Item = NodeId>) -> Result<(), ClusterError> {
+        let ids: BTreeSet<NodeId> = ids.into_iter().collect();
+        self.change(ChangeMembers::AddVoterIds(ids)).await
+    }
+
+    /// Removes the servers `ids` from the cluster (voters and learners). Leader only.
+    ///
+    /// # Errors
+    /// [`ClusterError`].
+    pub async fn remove(&self, ids: impl IntoIterator<Item = NodeId>) -> Result<(), ClusterError> {
+        let ids: BTreeSet<NodeId> = ids.into_iter().collect();
+        let voters = self.members().1;
+        let demote: BTreeSet<NodeId> = ids.intersection(&voters).copied().collect();
+        if !demote.is_empty() {
+            self.change(ChangeMembers::RemoveVoters(demote)).await?;
+        }
+        self.change(ChangeMembers::RemoveNodes(ids)).await
+    }
+
+    async fn change(&self, change: ChangeMembers<NodeId, BasicNode>) -> Result<(), ClusterError> {
+        self.inner
+            .raft
+            .change_membership(change, false)
+            .await
+            .map(|_| ())
+            .map_err(|e| ProposeError::from_write(e).into())
+    }
+
+    /// Stops Raft. The files stay as they are: every acknowledged entry was fsynced
+    /// before it was acknowledged, so stopping writes nothing more (a crash and a stop
+    /// leave the same directory).
+    pub async fn shutdown(&self) {
+        let _ = self.inner.raft.shutdown().await;
+    }
+}

@@ -1,0 +1,142 @@
+//! A replicated snapshot: the Raft metadata the state cannot know (the last applied
+//! log id, the membership, the snapshot's id) in front of the store's own snapshot
+//! format, unchanged.
+//!
+//! ```text
+//! raft snapshot := MAGIC "SCHEDRSN" | VERSION u32 | LEN u32 | postcard(SnapshotRecord)
+//!                  | CRC u32 | SCHEDSNP stream (schedstate's snapshot format)
+//! ```
+//! The CRC covers everything before it; the store's stream carries its own checksums
+//! and is checked, invariants included, before a snapshot is installed.
+
+use std::path::{Path, PathBuf};
+
+use openraft::{BasicNode, SnapshotMeta};
+use schedstate::persist::PersistError;
+use schedstate::state::StateSnapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::NodeId;
+use crate::log_format::{MembershipRecord, log_id, log_id_parts};
+
+/// The first bytes of every replicated snapshot.
+pub const RAFT_SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDRSN";
+/// The replicated snapshot format version.
+pub const RAFT_SNAPSHOT_VERSION: u32 = 1;
+const HEADER_CAP: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct SnapshotRecord {
+    last_log_id: Option<(u64, NodeId, u64)>,
+    membership: MembershipRecord,
+    snapshot_id: String,
+}
+
+/// The file name of the snapshot whose last log id has `index`.
+pub(crate) fn snapshot_name(index: u64) -> String {
+    format!("snap-{index:020}.rsnap")
+}
+
+/// The index in a snapshot file name.
+pub(crate) fn parse_snapshot_name(name: &str) -> Option<u64> {
+    name.strip_prefix("snap-")?
+        .strip_suffix(".rsnap")?
+        .parse()
+        .ok()
+}
+
+/// The newest snapshot file in `dir`, if any, and every older one.
+pub(crate) fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistError> {
+    let mut found = Vec::new();
+    let read = std::fs::read_dir(dir).map_err(|source| PersistError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in read {
+        let entry = entry.map_err(|source| PersistError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if let Some(index) = entry.file_name().to_str().and_then(parse_snapshot_name) {
+            found.push((index, entry.path()));
+        }
+    }
+    found.sort_unstable();
+    Ok(found)
+}
+
+/// Encodes `meta` and the state `snap` as one replicated snapshot.
+pub(crate) fn encode(
+    meta: &SnapshotMeta<NodeId, BasicNode>,
+    snap: &StateSnapshot,
+) -> Result<Vec<u8>, PersistError> {
+    let record = SnapshotRecord {
+        last_log_id: meta.last_log_id.map(|l| log_id_parts(&l)),
+        membership: MembershipRecord::from_stored(&meta.last_membership),
+        snapshot_id: meta.snapshot_id.clone(),
+    };
+    let body = postcard::to_allocvec(&record)?;
+    let mut out = Vec::new();
+    out.extend_from_slice(RAFT_SNAPSHOT_MAGIC);
+    out.extend_from_slice(&RAFT_SNAPSHOT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    snap.write_to(&mut out)?;
+    Ok(out)
+}
+
+/// Splits a replicated snapshot (`path` names it in errors) into its metadata and the
+/// store's snapshot stream, checking the header.
+pub(crate) fn decode<'b>(
+    path: &Path,
+    bytes: &'b [u8],
+) -> Result<(SnapshotMeta<NodeId, BasicNode>, &'b [u8]), PersistError> {
+    let corrupt = |offset: u64, reason: String| PersistError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    if bytes.len() < 8 || &bytes[0..8] != RAFT_SNAPSHOT_MAGIC {
+        return Err(PersistError::BadMagic {
+            path: path.to_path_buf(),
+            kind: "raft snapshot",
+        });
+    }
+    if bytes.len() < 16 {
+        return Err(corrupt(0, "shorter than its header".into()));
+    }
+    let u32_at =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let version = u32_at(8);
+    if version != RAFT_SNAPSHOT_VERSION {
+        return Err(PersistError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            version,
+            supported: RAFT_SNAPSHOT_VERSION,
+        });
+    }
+    let len = u32_at(12) as usize;
+    if len > HEADER_CAP || bytes.len() < 16 + len + 4 {
+        return Err(corrupt(
+            12,
+            format!("header length {len} does not fit the file"),
+        ));
+    }
+    if u32_at(16 + len) != crc32fast::hash(&bytes[..16 + len]) {
+        return Err(PersistError::Checksum {
+            path: path.to_path_buf(),
+            offset: 0,
+            what: "raft snapshot header",
+        });
+    }
+    let record: SnapshotRecord = postcard::from_bytes(&bytes[16..16 + len])
+        .map_err(|e| corrupt(16, format!("header does not decode: {e}")))?;
+    let meta = SnapshotMeta {
+        last_log_id: record.last_log_id.map(|(t, n, i)| log_id(t, n, i)),
+        last_membership: record.membership.into_stored(),
+        snapshot_id: record.snapshot_id,
+    };
+    Ok((meta, &bytes[16 + len + 4..]))
+}
