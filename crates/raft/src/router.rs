@@ -71,9 +71,12 @@ impl Router {
         self.state.lock().servers.get(&id).cloned()
     }
 
-    /// Cuts every link between servers of different `groups` (both ways).
+    /// Splits the servers into `groups`: every link between servers of different
+    /// groups is cut (both ways), every other link is up (an earlier partition is
+    /// replaced, not added to).
     pub fn partition(&self, groups: &[&[NodeId]]) {
         let mut s = self.state.lock();
+        s.cut.clear();
         for (i, a) in groups.iter().enumerate() {
             for b in &groups[i + 1..] {
                 for &x in *a {
@@ -121,6 +124,10 @@ impl Router {
             target: to,
             reason: reason.into(),
         };
+        // A server removed from the router (crashed) can no longer send either.
+        if !s.servers.contains_key(&from) {
+            return Err(unreachable("the sender is down"));
+        }
         if s.cut.contains(&(from, to)) {
             return Err(unreachable("link cut"));
         }
@@ -137,13 +144,13 @@ impl Router {
 
     /// The answer's way back: the link may have been cut meanwhile.
     fn answer<T>(&self, from: NodeId, to: NodeId, answer: T) -> Result<T, RpcFailure> {
-        self.check(to, from).map(|_| answer).or_else(|e| match e {
+        self.check(to, from).map(|_| answer).map_err(|e| match e {
             // The sender itself may be gone (crashed); its answer is lost with it.
-            RpcFailure::Unreachable { .. } => Err(RpcFailure::Unreachable {
+            RpcFailure::Unreachable { .. } => RpcFailure::Unreachable {
                 target: to,
                 reason: "answer lost".into(),
-            }),
-            other => Err(other),
+            },
+            other => other,
         })
     }
 }
