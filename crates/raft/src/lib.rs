@@ -14,7 +14,8 @@
 //!   store's O(1) snapshot in its own format behind the Raft metadata; installing one
 //!   is a checked restore that abandons every watch.
 //! - [`Network`]: how a server reaches the others — the in-process [`Router`] (drop,
-//!   delay, partition) for tests, or TCP.
+//!   delay, partition) for tests, or [`TcpNetwork`] with a [`TcpEndpoint`] serving the
+//!   RPCs (length-prefixed postcard frames on pooled connections).
 //! - [`Server`]: the handle — [`propose`](Server::propose),
 //!   [`propose_or_forward`](Server::propose_or_forward), consistent and stale reads,
 //!   blocking queries on every server, membership.
@@ -38,6 +39,9 @@
 //!     servers.push(server);
 //! }
 //! servers[0].initialize((1..=3).map(|id| (id, format!("server-{id}")))).await?;
+//! for s in &servers {
+//!     s.wait_for_leader(std::time::Duration::from_secs(30)).await?;
+//! }
 //!
 //! // Any server takes the write: a follower forwards it to the leader.
 //! let node = Node::new("node-1", "dc1");
@@ -69,6 +73,7 @@ mod router;
 mod server;
 mod snapshot_file;
 mod state_machine;
+mod tcp;
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -83,6 +88,7 @@ pub use router::{Router, RouterNetwork};
 pub use server::{Committed, Server, ServerOptions};
 pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};
 pub use state_machine::ApplyResponse;
+pub use tcp::{MAX_FRAME, TcpEndpoint, TcpNetwork};
 
 /// A server's id in the cluster.
 pub type NodeId = u64;

@@ -209,6 +209,22 @@ impl Server {
         Some((leader, addr))
     }
 
+    /// Waits until this server knows a leader (itself or another), and returns it.
+    ///
+    /// # Errors
+    /// [`ClusterError::Unavailable`] when `timeout` passes first.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, ClusterError> {
+        let m = self
+            .inner
+            .raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader.is_some(), "a leader")
+            .await
+            .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
+        m.current_leader
+            .ok_or_else(|| ClusterError::Unavailable("no leader".into()))
+    }
+
     /// The current leader's id as this server knows it.
     pub fn leader(&self) -> Option<NodeId> {
         self.inner.raft.metrics().borrow().current_leader

@@ -3,6 +3,7 @@
 //! acknowledged write applied exactly once on every server, states byte-identical.
 
 mod support;
+mod tcp;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,0 +1,334 @@
+//! The network over TCP: each RPC is one request frame and one answer frame on a
+//! pooled connection.
+//!
+//! ```text
+//! frame := LEN u32 (little-endian) | postcard(WireRequest or WireAnswer)
+//! ```
+//! A frame over [`MAX_FRAME`] is refused before anything is allocated for it. A
+//! connection that fails in any way is dropped (a new one is made for the next RPC);
+//! nothing is retried here — openraft retries replication itself, and a forwarded
+//! proposal's outcome is then unknown, which the caller is told.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use parking_lot::Mutex;
+use schedstate::state::Command;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use crate::network::{Network, RpcFailure, RpcResult};
+use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
+
+/// The largest frame sent or accepted (a snapshot chunk, a batch of entries).
+pub const MAX_FRAME: u32 = 256 << 20;
+
+#[derive(Serialize, Deserialize)]
+enum WireRequest {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    Forward(Command),
+}
+
+#[derive(Serialize, Deserialize)]
+enum WireAnswer {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+    Forward(WireOutcome),
+}
+
+/// A proposal's outcome as it crosses the wire: a refusal as kind and message.
+#[derive(Serialize, Deserialize)]
+enum WireOutcome {
+    Committed(Committed),
+    Refused {
+        index: u64,
+        kind: String,
+        message: String,
+    },
+    NotLeader {
+        leader: Option<NodeId>,
+        address: Option<String>,
+    },
+    Unavailable(String),
+    Stopped,
+}
+
+impl From<Result<Committed, ProposeError>> for WireOutcome {
+    fn from(r: Result<Committed, ProposeError>) -> Self {
+        match r {
+            Ok(c) => WireOutcome::Committed(c),
+            Err(e @ ProposeError::Refused { .. }) => {
+                let kind = e.kind().to_string();
+                let ProposeError::Refused { index, error } = e else {
+                    unreachable!("matched above")
+                };
+                WireOutcome::Refused {
+                    index,
+                    kind,
+                    message: error.to_string(),
+                }
+            }
+            Err(ProposeError::RefusedRemotely {
+                index,
+                kind,
+                message,
+            }) => WireOutcome::Refused {
+                index,
+                kind,
+                message,
+            },
+            Err(ProposeError::NotLeader { leader, address }) => {
+                WireOutcome::NotLeader { leader, address }
+            }
+            Err(ProposeError::Unavailable(why)) => WireOutcome::Unavailable(why),
+            Err(ProposeError::Stopped) => WireOutcome::Stopped,
+        }
+    }
+}
+
+impl From<WireOutcome> for Result<Committed, ProposeError> {
+    fn from(w: WireOutcome) -> Self {
+        match w {
+            WireOutcome::Committed(c) => Ok(c),
+            WireOutcome::Refused {
+                index,
+                kind,
+                message,
+            } => Err(ProposeError::RefusedRemotely {
+                index,
+                kind,
+                message,
+            }),
+            WireOutcome::NotLeader { leader, address } => {
+                Err(ProposeError::NotLeader { leader, address })
+            }
+            WireOutcome::Unavailable(why) => Err(ProposeError::Unavailable(why)),
+            WireOutcome::Stopped => Err(ProposeError::Stopped),
+        }
+    }
+}
+
+async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 4];
+    buf = postcard::to_extend(value, buf).map_err(std::io::Error::other)?;
+    let len = u32::try_from(buf.len() - 4)
+        .ok()
+        .filter(|n| *n <= MAX_FRAME)
+        .ok_or_else(|| {
+            std::io::Error::other(format!("frame of {} bytes is too large", buf.len()))
+        })?;
+    buf[0..4].copy_from_slice(&len.to_le_bytes());
+    stream.write_all(&buf).await
+}
+
+async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await?;
+    let len = u32::from_le_bytes(len);
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "frame of {len} bytes exceeds the limit"
+        )));
+    }
+    let mut buf = vec![0u8; len as usize];
+    stream.read_exact(&mut buf).await?;
+    postcard::from_bytes(&buf).map_err(std::io::Error::other)
+}
+
+/// One server's network over TCP. Cheap to clone; clones share the connection pool.
+#[derive(Clone, Default)]
+pub struct TcpNetwork {
+    pool: Arc<Mutex<HashMap<String, Vec<TcpStream>>>>,
+}
+
+impl TcpNetwork {
+    /// A network with no connections yet (they are made on first use).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    async fn call(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: WireRequest,
+    ) -> Result<WireAnswer, RpcFailure> {
+        let pooled = self.pool.lock().get_mut(addr).and_then(Vec::pop);
+        let mut stream = match pooled {
+            Some(s) => s,
+            None => TcpStream::connect(addr)
+                .await
+                .map_err(|e| RpcFailure::Unreachable {
+                    target,
+                    reason: format!("connect to {addr}: {e}"),
+                })?,
+        };
+        let _ = stream.set_nodelay(true);
+        write_frame(&mut stream, &request)
+            .await
+            .map_err(|e| RpcFailure::Unreachable {
+                target,
+                reason: format!("send to {addr}: {e}"),
+            })?;
+        let answer: WireAnswer =
+            read_frame(&mut stream)
+                .await
+                .map_err(|e| RpcFailure::Unreachable {
+                    target,
+                    reason: format!("answer from {addr}: {e}"),
+                })?;
+        self.pool
+            .lock()
+            .entry(addr.to_string())
+            .or_default()
+            .push(stream);
+        Ok(answer)
+    }
+}
+
+fn unexpected(target: NodeId) -> RpcFailure {
+    RpcFailure::Protocol {
+        target,
+        reason: "answer of another kind than the request".into(),
+    }
+}
+
+impl Network for TcpNetwork {
+    async fn append_entries(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        match self
+            .call(target, addr, WireRequest::AppendEntries(rpc))
+            .await?
+        {
+            WireAnswer::AppendEntries(a) => Ok(a),
+            _ => Err(unexpected(target)),
+        }
+    }
+
+    async fn vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: VoteRequest<NodeId>,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        match self.call(target, addr, WireRequest::Vote(rpc)).await? {
+            WireAnswer::Vote(a) => Ok(a),
+            _ => Err(unexpected(target)),
+        }
+    }
+
+    async fn install_snapshot(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        match self
+            .call(target, addr, WireRequest::InstallSnapshot(rpc))
+            .await?
+        {
+            WireAnswer::InstallSnapshot(a) => Ok(a),
+            _ => Err(unexpected(target)),
+        }
+    }
+
+    async fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        command: Command,
+    ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
+        match self
+            .call(target, addr, WireRequest::Forward(command))
+            .await?
+        {
+            WireAnswer::Forward(outcome) => Ok(outcome.into()),
+            _ => Err(unexpected(target)),
+        }
+    }
+}
+
+/// A running TCP endpoint for one server's Raft RPCs and forwarded proposals.
+pub struct TcpEndpoint {
+    addr: SocketAddr,
+    accept: JoinHandle<()>,
+}
+
+impl TcpEndpoint {
+    /// Serves `server` on `listener` (bound by the caller: an OS-picked port in tests,
+    /// the configured one in an agent) until [`stop`](Self::stop) or drop.
+    ///
+    /// # Errors
+    /// The listener's address cannot be read.
+    pub fn serve(listener: TcpListener, server: Server) -> std::io::Result<TcpEndpoint> {
+        let addr = listener.local_addr()?;
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    // Out of descriptors, or the like: wait rather than spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                };
+                let server = server.clone();
+                tokio::spawn(async move {
+                    let _ = serve_connection(stream, server).await;
+                });
+            }
+        });
+        Ok(TcpEndpoint { addr, accept })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections (open ones end when their peer closes them or the
+    /// server stops).
+    pub fn stop(&self) {
+        self.accept.abort();
+    }
+}
+
+impl Drop for TcpEndpoint {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn serve_connection(mut stream: TcpStream, server: Server) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    loop {
+        let request: WireRequest = read_frame(&mut stream).await?;
+        let answer = match request {
+            WireRequest::AppendEntries(rpc) => {
+                WireAnswer::AppendEntries(server.raft().append_entries(rpc).await)
+            }
+            WireRequest::Vote(rpc) => WireAnswer::Vote(server.raft().vote(rpc).await),
+            WireRequest::InstallSnapshot(rpc) => {
+                WireAnswer::InstallSnapshot(server.raft().install_snapshot(rpc).await)
+            }
+            WireRequest::Forward(command) => {
+                WireAnswer::Forward(server.propose(command).await.into())
+            }
+        };
+        write_frame(&mut stream, &answer).await?;
+    }
+}
