@@ -19,11 +19,12 @@ fn golden() -> PathBuf {
 }
 
 fn options() -> ServerOptions {
-    let mut o = ServerOptions::default();
-    o.log = LogOptions {
-        segment_bytes: 1024,
-    };
-    o
+    ServerOptions {
+        log: LogOptions {
+            segment_bytes: 1024,
+        },
+        ..ServerOptions::default()
+    }
 }
 
 /// The golden commands: twelve node upserts, a refused status change, a status change.
@@ -84,7 +85,7 @@ async fn regenerate_golden_files() {
             Err(e) => panic!("{e}"),
         }
         if i == 7 {
-            server.raft().trigger_snapshot().await.unwrap();
+            server.raft().trigger().snapshot().await.unwrap();
             while server.raft().metrics().borrow().snapshot.is_none() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
