@@ -82,7 +82,7 @@ use schedstate::state::Command;
 
 pub use error::{ClusterError, OpenError, ProposeError};
 pub use log_format::{RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION};
-pub use log_store::{LogOpenReport, LogOptions, LogStore};
+pub use log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 pub use network::{BoxFuture, Network, RpcFailure, RpcResult};
 pub use router::{Router, RouterNetwork};
 pub use server::{Committed, Server, ServerOptions};

@@ -24,6 +24,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
@@ -63,6 +64,17 @@ pub struct LogOpenReport {
     pub torn_bytes: u64,
 }
 
+/// Counters of the log's work since it was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// `append` calls (each one batch of entries from openraft).
+    pub appends: u64,
+    /// Entries appended.
+    pub entries: u64,
+    /// fsyncs of appended entries (each covers every append since the one before).
+    pub fsyncs: u64,
+}
+
 /// The Raft log of one server. Cheap to clone: clones share the log (openraft's log
 /// reader is a clone).
 #[derive(Clone)]
@@ -78,6 +90,9 @@ struct Shared {
     /// Flush requests sent and completed, for the barrier truncate and purge wait at.
     flushes: Mutex<(u64, u64)>,
     flushed: Condvar,
+    appends: AtomicU64,
+    entries: AtomicU64,
+    fsyncs: AtomicU64,
 }
 
 struct Log {
@@ -269,6 +284,9 @@ impl LogStore {
             flusher: Mutex::new(Some(tx)),
             flushes: Mutex::new((0, 0)),
             flushed: Condvar::new(),
+            appends: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
@@ -284,6 +302,16 @@ impl LogStore {
     /// The directory the log lives in.
     pub fn dir(&self) -> &Path {
         &self.shared.dir
+    }
+
+    /// What the log has done since it was opened.
+    pub fn stats(&self) -> LogStats {
+        let s = &self.shared;
+        LogStats {
+            appends: s.appends.load(Ordering::Relaxed),
+            entries: s.entries.load(Ordering::Relaxed),
+            fsyncs: s.fsyncs.load(Ordering::Relaxed),
+        }
     }
 
     /// The sequence numbers of the segments on disk.
@@ -340,6 +368,7 @@ impl LogStore {
         if let Some(why) = &log.poisoned {
             return Err(poisoned_err(why));
         }
+        self.shared.appends.fetch_add(1, Ordering::Relaxed);
         for entry in entries {
             let index = entry.log_id.index;
             if index + 1 != log.writer.last_index() + 1 {
@@ -372,6 +401,7 @@ impl LogStore {
                 return Err(io_err(e.error));
             }
             log.entries.push_back((entry, seq, offset));
+            self.shared.entries.fetch_add(1, Ordering::Relaxed);
             if log.writer.len() >= self.shared.options.segment_bytes {
                 let last = log.writer.last_index();
                 if let Err(e) = self.roll(&mut log, last) {
@@ -406,6 +436,7 @@ fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<LogFlushed<T
         let result = handle.and_then(|(file, path)| {
             segment::sync_file(&file, &path).map_err(std::io::Error::other)
         });
+        shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = &result {
             shared.log.lock().poisoned = Some(e.to_string());
         }

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
 
 use crate::error::{ClusterError, OpenError, ProposeError};
-use crate::log_store::{LogOpenReport, LogOptions, LogStore};
+use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{Factory, Forwarder, Network};
 use crate::state_machine::{Applied, StateMachine};
 use crate::{NodeId, TypeConfig};
@@ -75,6 +75,7 @@ struct Inner {
     applied: Arc<Mutex<Applied>>,
     forwarder: Box<dyn Forwarder>,
     opened: LogOpenReport,
+    log: LogStore,
 }
 
 impl Server {
@@ -97,7 +98,7 @@ impl Server {
         let applied = Arc::new(Mutex::new(Applied::default()));
         let sm = StateMachine::open(dir, store.clone(), applied.clone())?;
         let config = Arc::new(options.raft.validate()?);
-        let raft = Raft::new(id, config, Factory(network.clone()), log, sm).await?;
+        let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
         Ok(Server {
             inner: Arc::new(Inner {
                 id,
@@ -107,6 +108,7 @@ impl Server {
                 applied,
                 forwarder: Box::new(network),
                 opened,
+                log,
             }),
         })
     }
@@ -124,6 +126,11 @@ impl Server {
     /// What opening its log found.
     pub fn open_report(&self) -> &LogOpenReport {
         &self.inner.opened
+    }
+
+    /// What its log has done since it started (appends, entries, fsyncs).
+    pub fn log_stats(&self) -> LogStats {
+        self.inner.log.stats()
     }
 
     /// The openraft handle, for metrics and operations this API does not wrap.
