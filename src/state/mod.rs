@@ -39,6 +39,7 @@
 //!   rewrites nothing; a gc claim always moves the volume's modify index.
 
 mod allocs;
+mod batch;
 mod check;
 mod claims;
 mod command;
@@ -57,6 +58,7 @@ mod volumes;
 mod writer;
 pub(crate) mod writes;
 
+pub use batch::BatchOutcome;
 pub use check::InvariantViolation;
 pub use command::{Command, CsiVolumeClaimRequest};
 pub use commit::{Commit, Row, RowChange};

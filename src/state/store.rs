@@ -246,7 +246,7 @@ impl StateStore {
 }
 
 /// A borrowed command: rows it carries are copied, the rest is read by reference.
-fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
+pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
     match command {
         Command::UpsertNode { node } => nodes::upsert_node(w, node.clone()),
         Command::UpsertNodes { nodes } => nodes::upsert_nodes(w, nodes.clone()),

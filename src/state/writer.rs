@@ -78,6 +78,12 @@ impl Writer {
         }
     }
 
+    /// Ends the command: the transaction, to go on with (plugin edits must have been
+    /// flushed; every command does so at its end).
+    pub(crate) fn into_txn(self) -> WriteTxn {
+        self.txn
+    }
+
     /// Reads of the transaction's state so far. Plugin edits not yet flushed are not
     /// visible here; read plugins through [`plugin`](Self::plugin).
     pub(crate) fn view(&self) -> StateView<'_> {

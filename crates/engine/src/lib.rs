@@ -31,6 +31,6 @@ pub use database::{Db, Snapshot, WritePause};
 pub use error::{Error, IndexInconsistency, Result};
 pub use key::{Key, KeyBuilder};
 pub use schema::{Index, Schema, Table};
-pub use txn::{Change, ChangeKind, CommitInfo, WriteTxn};
+pub use txn::{Change, ChangeKind, CommitInfo, Savepoint, WriteTxn};
 pub use view::{Rows, View};
 pub use watch::{Changed, DEFAULT_WATCH_LIMIT, WaitOutcome, WatchSet};

@@ -33,6 +33,12 @@ pub struct WriteTxn {
     changes: BTreeMap<(TableId, Key), (Option<Row>, Option<Row>)>,
 }
 
+/// A transaction's state as of [`WriteTxn::savepoint`].
+pub struct Savepoint {
+    root: Root,
+    changes: BTreeMap<(TableId, Key), (Option<Row>, Option<Row>)>,
+}
+
 /// What a commit changed in one row: collapsed per (table, primary key), so a row
 /// inserted and deleted in the same transaction does not appear.
 #[derive(Clone)]
@@ -128,6 +134,41 @@ impl WriteTxn {
             restore,
             changes: BTreeMap::new(),
         }
+    }
+
+    /// Marks the transaction's current state, to [`rollback_to`](Self::rollback_to)
+    /// later: O(1) for the tables (persistent maps), a copy of the change set so far.
+    /// Lets one transaction hold several independent operations, each kept or undone
+    /// on its own (a batch of commands where the rules refuse some).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use schedstate_engine::{Db, Key, Schema};
+    ///
+    /// let mut schema = Schema::new();
+    /// let t = schema.table::<String, _>("t", |s| Key::str(s)).unwrap();
+    /// let db = Db::new(schema);
+    /// let mut txn = db.begin_write(1).unwrap();
+    /// txn.insert(t, Arc::new("kept".to_string())).unwrap();
+    /// let mark = txn.savepoint();
+    /// txn.insert(t, Arc::new("undone".to_string())).unwrap();
+    /// txn.rollback_to(mark);
+    /// let info = txn.commit().unwrap();
+    /// assert_eq!(info.changes.len(), 1);
+    /// assert!(db.snapshot().view().get(t, &Key::str("undone")).is_none());
+    /// ```
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            root: self.root.clone(),
+            changes: self.changes.clone(),
+        }
+    }
+
+    /// Puts the transaction back in the state [`savepoint`](Self::savepoint) marked:
+    /// every write since is undone, as if never made.
+    pub fn rollback_to(&mut self, savepoint: Savepoint) {
+        self.root = savepoint.root;
+        self.changes = savepoint.changes;
     }
 
     /// The log index this transaction commits at.

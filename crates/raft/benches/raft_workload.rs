@@ -54,6 +54,7 @@ struct Flags {
     failovers: usize,
     failover_clients: usize,
     nomad_timeouts: bool,
+    timeouts: Option<(u64, u64, u64)>,
 }
 
 fn parse_flags() -> Flags {
@@ -69,6 +70,7 @@ fn parse_flags() -> Flags {
         failovers: 5,
         failover_clients: 4,
         nomad_timeouts: false,
+        timeouts: None,
     };
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -95,6 +97,16 @@ fn parse_flags() -> Flags {
             "warmup" => f.warmup = value.parse().expect("-warmup S"),
             "failovers" => f.failovers = value.parse().expect("-failovers N"),
             "failover-clients" => f.failover_clients = value.parse().expect("-failover-clients N"),
+            "timeouts" => {
+                let v: Vec<u64> = value
+                    .split(',')
+                    .map(|x| {
+                        x.parse()
+                            .expect("-timeouts heartbeat,election_min,election_max (ms)")
+                    })
+                    .collect();
+                f.timeouts = Some((v[0], v[1], v[2]));
+            }
             "nomad-timeouts" => {
                 f.nomad_timeouts = true;
                 took = false;
@@ -108,6 +120,11 @@ fn parse_flags() -> Flags {
 
 fn options(f: &Flags) -> ServerOptions {
     let mut o = ServerOptions::default();
+    if let Some((hb, lo, hi)) = f.timeouts {
+        o.raft.heartbeat_interval = hb;
+        o.raft.election_timeout_min = lo;
+        o.raft.election_timeout_max = hi;
+    }
     if f.nomad_timeouts {
         // hashicorp/raft's DefaultConfig as Nomad runs it: 1 s heartbeat timeout and
         // election timeout (randomized up to 2 s there).

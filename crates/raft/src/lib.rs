@@ -65,6 +65,7 @@
 // them are openraft's, so boxing them here would only add a conversion.
 #![allow(clippy::result_large_err)]
 
+mod batcher;
 mod error;
 mod log_format;
 mod log_store;
@@ -93,11 +94,19 @@ pub use tcp::{MAX_FRAME, TcpEndpoint, TcpNetwork};
 /// A server's id in the cluster.
 pub type NodeId = u64;
 
+/// What one log entry proposes: one command, or several batched by the leader's
+/// proposer (one append, one fsync, one apply for all of them). `Arc`-shared, so
+/// replication and apply never copy a command's rows.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Proposal {
+    /// The commands, applied in order at the entry's index.
+    pub commands: Vec<Arc<Command>>,
+}
+
 openraft::declare_raft_types!(
-    /// The types openraft is instantiated with: log entries carry `Arc`-shared
-    /// [`Command`]s, so replication and apply never copy a command's rows.
+    /// The types openraft is instantiated with.
     pub TypeConfig:
-        D = Arc<Command>,
+        D = Proposal,
         R = ApplyResponse,
         NodeId = NodeId,
         Node = openraft::BasicNode,

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 1
-//! record payload := postcard(RaftRecord)   (index first, then term, leader, entry)
+//! record payload := postcard(RaftRecord)   (index first, then term, leader, body:
+//!                   blank | one command | membership | several commands)
 //! raft-meta      := MAGIC "SCHEDRMT" | VERSION u32 | LEN u32 | postcard(RaftMeta) | CRC u32
 //! ```
 //! Raft logs start at index 0 (the initial membership), the framing's positions at 1:
@@ -24,7 +25,7 @@ use schedstate::persist::segment::SegmentFormat;
 use schedstate::state::Command;
 use serde::{Deserialize, Serialize};
 
-use crate::{Entry, NodeId, TypeConfig};
+use crate::{Entry, NodeId, Proposal, TypeConfig};
 
 /// The first bytes of every Raft log segment.
 pub const RAFT_LOG_MAGIC: &[u8; 8] = b"SCHEDRFT";
@@ -79,20 +80,25 @@ pub(crate) struct RaftRecord {
 pub(crate) enum RecordBody {
     /// A new leader's first entry.
     Blank,
-    /// A command for the state machine.
+    /// One command for the state machine.
     Command(Arc<Command>),
     /// A membership change: the (joint) voter sets and every member's address.
     Membership {
         configs: Vec<Vec<NodeId>>,
         nodes: Vec<(NodeId, String)>,
     },
+    /// Several commands batched in one entry, applied in order at its index.
+    Commands(Vec<Arc<Command>>),
 }
 
 impl RaftRecord {
     pub(crate) fn from_entry(entry: &Entry) -> RaftRecord {
         let body = match &entry.payload {
             EntryPayload::Blank => RecordBody::Blank,
-            EntryPayload::Normal(command) => RecordBody::Command(command.clone()),
+            EntryPayload::Normal(p) => match p.commands.as_slice() {
+                [one] => RecordBody::Command(one.clone()),
+                many => RecordBody::Commands(many.to_vec()),
+            },
             EntryPayload::Membership(m) => membership_record(m),
         };
         RaftRecord {
@@ -111,7 +117,8 @@ impl RaftRecord {
         let log_id = self.log_id();
         let payload = match self.body {
             RecordBody::Blank => EntryPayload::Blank,
-            RecordBody::Command(c) => EntryPayload::Normal(c),
+            RecordBody::Command(c) => EntryPayload::Normal(Proposal { commands: vec![c] }),
+            RecordBody::Commands(commands) => EntryPayload::Normal(Proposal { commands }),
             RecordBody::Membership { configs, nodes } => {
                 EntryPayload::Membership(membership_from(configs, nodes))
             }

@@ -22,15 +22,15 @@ use schedstate::state::{StateError, StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot_file::{self, snapshot_files, snapshot_name};
-use crate::{Entry, NodeId, TypeConfig};
+use crate::{Entry, NodeId, Proposal, TypeConfig};
 
-/// What applying one entry gave: nothing for a command that committed, the rule it
-/// broke for one the rules refused. Only the proposer's server hands it on; it is not
-/// sent over the network (hence skipped by serde).
+/// What applying one entry gave, per command of its proposal: nothing for a command
+/// that committed, the rule it broke for one the rules refused. Only the proposer's
+/// server hands it on; it is not sent over the network (hence skipped by serde).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ApplyResponse {
     #[serde(skip)]
-    pub(crate) refused: Option<StateError>,
+    pub(crate) refused: Vec<Option<StateError>>,
 }
 
 /// The last applied log id and membership, shared with the server handle.
@@ -136,6 +136,34 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
+impl StateMachine {
+    /// Applies a proposal's commands at `index`: one alone, several as a batch (one
+    /// transaction, each command kept or undone on its own).
+    fn apply_proposal(
+        &self,
+        index: u64,
+        proposal: &Proposal,
+    ) -> Result<ApplyResponse, StorageError<NodeId>> {
+        // A stale index is not a refusal: it means the log and the state disagree,
+        // which must stop this server.
+        let refused = match proposal.commands.as_slice() {
+            [one] => match self.store.apply(index, one) {
+                Ok(_) => vec![None],
+                Err(e @ StateError::StaleIndex { .. }) => return Err(sm_err(e)),
+                Err(refused) => vec![Some(refused)],
+            },
+            many => {
+                let outcome = self
+                    .store
+                    .apply_batch(index, many.iter().map(|c| &**c))
+                    .map_err(sm_err)?;
+                outcome.results.into_iter().map(Result::err).collect()
+            }
+        };
+        Ok(ApplyResponse { refused })
+    }
+}
+
 impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -157,15 +185,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let index = entry.log_id.index;
             let response = match &entry.payload {
                 EntryPayload::Blank => ApplyResponse::default(),
-                EntryPayload::Normal(command) => match self.store.apply(index, command) {
-                    Ok(_) => ApplyResponse::default(),
-                    // A stale index is not a refusal: it means the log and the state
-                    // disagree, which must stop this server.
-                    Err(e @ StateError::StaleIndex { .. }) => return Err(sm_err(e)),
-                    Err(refused) => ApplyResponse {
-                        refused: Some(refused),
-                    },
-                },
+                EntryPayload::Normal(proposal) => self.apply_proposal(index, proposal)?,
                 EntryPayload::Membership(m) => {
                     self.applied.lock().membership =
                         StoredMembership::new(Some(entry.log_id), m.clone());

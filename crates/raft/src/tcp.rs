@@ -269,6 +269,7 @@ impl Network for TcpNetwork {
 pub struct TcpEndpoint {
     addr: SocketAddr,
     accept: JoinHandle<()>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl TcpEndpoint {
@@ -279,6 +280,8 @@ impl TcpEndpoint {
     /// The listener's address cannot be read.
     pub fn serve(listener: TcpListener, server: Server) -> std::io::Result<TcpEndpoint> {
         let addr = listener.local_addr()?;
+        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let tracked = connections.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -287,12 +290,19 @@ impl TcpEndpoint {
                     continue;
                 };
                 let server = server.clone();
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     let _ = serve_connection(stream, server).await;
                 });
+                let mut open = tracked.lock();
+                open.retain(|t| !t.is_finished());
+                open.push(task.abort_handle());
             }
         });
-        Ok(TcpEndpoint { addr, accept })
+        Ok(TcpEndpoint {
+            addr,
+            accept,
+            connections,
+        })
     }
 
     /// The address it listens on.
@@ -300,16 +310,19 @@ impl TcpEndpoint {
         self.addr
     }
 
-    /// Stops accepting connections (open ones end when their peer closes them or the
-    /// server stops).
+    /// Stops accepting connections and closes the open ones (peers then reconnect,
+    /// to whatever listens on the address next).
     pub fn stop(&self) {
         self.accept.abort();
+        for c in self.connections.lock().drain(..) {
+            c.abort();
+        }
     }
 }
 
 impl Drop for TcpEndpoint {
     fn drop(&mut self) {
-        self.accept.abort();
+        self.stop();
     }
 }
 
