@@ -274,6 +274,39 @@ pub fn sync_file(file: &File, path: &Path) -> Result<()> {
     fs::sync_data(file, path)
 }
 
+/// Reads the record at `offset` in the segment `path` (an offset a scan or an append
+/// reported) and returns its payload, checked against its checksum.
+///
+/// # Errors
+/// The I/O error, or [`PersistError::Checksum`] / [`PersistError::Corrupt`] with the
+/// offset if the bytes there are not a whole, intact record.
+pub fn read_record(path: &Path, offset: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = File::open(path).at(path)?;
+    file.seek(SeekFrom::Start(offset)).at(path)?;
+    let mut header = [0u8; RECORD_HEADER_LEN as usize];
+    file.read_exact(&mut header).at(path)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    let stored = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if len > MAX_RECORD {
+        return Err(PersistError::Corrupt {
+            path: path.to_path_buf(),
+            offset,
+            reason: format!("record length {len} exceeds the limit"),
+        });
+    }
+    let mut payload = vec![0u8; len as usize];
+    file.read_exact(&mut payload).at(path)?;
+    if record_crc(len.to_le_bytes(), &payload) != stored {
+        return Err(PersistError::Checksum {
+            path: path.to_path_buf(),
+            offset,
+            what: "log record",
+        });
+    }
+    Ok(payload)
+}
+
 /// A record found by a scan.
 pub struct Record<R> {
     /// Offset of the record in its segment.

@@ -15,9 +15,11 @@
 //! - the **vote** lives in the metadata file, written atomically and fsynced before
 //!   `save_vote` returns.
 //!
-//! All entries since the last purge are also kept in memory, as `Arc`-shared
-//! commands: replication reads them without touching the disk, and openraft purges
-//! after every snapshot, which bounds them.
+//! The newest entries are also kept in memory, up to a budget of record bytes
+//! ([`LogOptions::cache_bytes`]): replication and apply read recent entries without
+//! touching the disk; older ones (a follower far behind, a restart's replay) are read
+//! back from their segment, checksum checked. Every entry's position is kept, so a
+//! read costs one seek.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
@@ -45,12 +47,15 @@ use crate::{Entry, NodeId, TypeConfig};
 pub struct LogOptions {
     /// A segment is closed and a new one started once it holds this many bytes.
     pub segment_bytes: u64,
+    /// Record bytes of the newest entries kept decoded in memory.
+    pub cache_bytes: u64,
 }
 
 impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
             segment_bytes: 64 << 20,
+            cache_bytes: 1 << 20,
         }
     }
 }
@@ -95,9 +100,23 @@ struct Shared {
     fsyncs: AtomicU64,
 }
 
+/// One entry after the purge point: where its record is, and the entry itself while
+/// it is cached.
+struct Slot {
+    log_id: LogId<NodeId>,
+    entry: Option<Entry>,
+    seq: u64,
+    offset: u64,
+    len: u64,
+}
+
 struct Log {
-    /// Entries after the purge point, contiguous, with where each record starts.
-    entries: VecDeque<(Entry, u64, u64)>,
+    /// Entries after the purge point, contiguous.
+    entries: VecDeque<Slot>,
+    /// The cached entries are a suffix of `entries`, from this position on.
+    cached_from: usize,
+    /// Record bytes of the cached entries.
+    cached_bytes: u64,
     /// Every segment on disk: sequence number → the position (Raft index + 1) of the
     /// record before its first one.
     segments: BTreeMap<u64, u64>,
@@ -160,7 +179,7 @@ impl LogStore {
         seqs.sort_unstable();
 
         let mut report = LogOpenReport::default();
-        let mut entries: VecDeque<(Entry, u64, u64)> = VecDeque::new();
+        let mut entries: VecDeque<Slot> = VecDeque::new();
         let mut segments = BTreeMap::new();
         let mut last_index: Option<u64> = None;
         let mut tail: Option<(u64, u64, u64)> = None; // (seq, valid_len, last index)
@@ -211,7 +230,14 @@ impl LogStore {
                     }
                     seg_last.set(Some(rec.value.index + 1));
                     if rec.value.index + 1 > purged {
-                        entries.push_back((rec.value.into_entry(), seq, rec.offset));
+                        let entry = rec.value.into_entry();
+                        entries.push_back(Slot {
+                            log_id: entry.log_id,
+                            entry: Some(entry),
+                            seq,
+                            offset: rec.offset,
+                            len: rec.end - rec.offset,
+                        });
                     }
                     Ok(())
                 },
@@ -234,7 +260,7 @@ impl LogStore {
         // The log starts after the purge point, or where its first segment starts
         // (an empty log may begin at any index, e.g. right after a snapshot).
         let start = purged.max(segments.values().next().copied().unwrap_or(0));
-        if let Some((first, _, _)) = entries.front()
+        if let Some(first) = entries.front()
             && first.log_id.index + 1 != start + 1
         {
             return Err(PersistError::MissingSegment {
@@ -274,12 +300,19 @@ impl LogStore {
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             options,
-            log: Mutex::new(Log {
-                entries,
-                segments,
-                writer,
-                meta,
-                poisoned: None,
+            log: Mutex::new({
+                let mut log = Log {
+                    entries,
+                    cached_from: 0,
+                    cached_bytes: 0,
+                    segments,
+                    writer,
+                    meta,
+                    poisoned: None,
+                };
+                log.cached_bytes = log.entries.iter().map(|e| e.len).sum();
+                log.evict(options.cache_bytes);
+                log
             }),
             flusher: Mutex::new(Some(tx)),
             flushes: Mutex::new((0, 0)),
@@ -400,7 +433,16 @@ impl LogStore {
                 }
                 return Err(io_err(e.error));
             }
-            log.entries.push_back((entry, seq, offset));
+            let len = log.writer.len() - offset;
+            log.entries.push_back(Slot {
+                log_id: entry.log_id,
+                entry: Some(entry),
+                seq,
+                offset,
+                len,
+            });
+            log.cached_bytes += len;
+            log.evict(self.shared.options.cache_bytes);
             self.shared.entries.fetch_add(1, Ordering::Relaxed);
             if log.writer.len() >= self.shared.options.segment_bytes {
                 let last = log.writer.last_index();
@@ -474,17 +516,82 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
         let (start, end) = range_bounds(&range);
         let log = self.shared.log.lock();
-        let Some((first, _, _)) = log.entries.front() else {
+        let Some(first) = log.entries.front() else {
             return Ok(Vec::new());
         };
         let first = first.log_id.index;
         let from = start.max(first) - first;
         let to = (end.max(first) - first).min(log.entries.len() as u64);
-        Ok(log
-            .entries
-            .range(from as usize..to.max(from) as usize)
-            .map(|(e, _, _)| e.clone())
-            .collect())
+        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+        for slot in log.entries.range(from as usize..to.max(from) as usize) {
+            match &slot.entry {
+                Some(e) => out.push(e.clone()),
+                // Read back under the lock: a truncate or purge cannot remove the
+                // file meanwhile (and the page cache usually has it).
+                None => out
+                    .push(read_entry(&self.shared.dir, slot).map_err(|e| {
+                        StorageError::from(StorageIOError::<NodeId>::read_logs(&e))
+                    })?),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Reads the entry of `slot` back from its segment.
+fn read_entry(dir: &Path, slot: &Slot) -> Result<Entry, PersistError> {
+    let path = dir.join(segment_name(slot.seq));
+    let payload = segment::read_record(&path, slot.offset)?;
+    let record: RaftRecord = postcard::from_bytes(&payload).map_err(|e| PersistError::Corrupt {
+        path: path.clone(),
+        offset: slot.offset,
+        reason: format!("record does not decode: {e}"),
+    })?;
+    if record.index != slot.log_id.index {
+        return Err(PersistError::Corrupt {
+            path,
+            offset: slot.offset,
+            reason: format!(
+                "record of index {} where {} was written",
+                record.index, slot.log_id.index
+            ),
+        });
+    }
+    Ok(record.into_entry())
+}
+
+impl Log {
+    /// Drops the oldest cached entries until the cache fits `budget` (the newest entry
+    /// always stays).
+    fn evict(&mut self, budget: u64) {
+        while self.cached_bytes > budget && self.cached_from + 1 < self.entries.len() {
+            let slot = &mut self.entries[self.cached_from];
+            if slot.entry.take().is_some() {
+                self.cached_bytes -= slot.len;
+            }
+            self.cached_from += 1;
+        }
+    }
+
+    /// Removes the entries from position `pos` on.
+    fn truncate_at(&mut self, pos: usize) {
+        for slot in self.entries.range(pos..) {
+            if slot.entry.is_some() {
+                self.cached_bytes -= slot.len;
+            }
+        }
+        self.entries.truncate(pos);
+        self.cached_from = self.cached_from.min(self.entries.len());
+    }
+
+    /// Removes the first entry.
+    fn pop_first(&mut self) {
+        if let Some(slot) = self.entries.pop_front()
+            && slot.entry.is_some()
+        {
+            self.cached_bytes -= slot.len;
+        }
+        self.cached_from = self.cached_from.saturating_sub(1);
     }
 }
 
@@ -494,11 +601,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
         let log = self.shared.log.lock();
         let last_purged_log_id = log.meta.last_purged();
-        let last_log_id = log
-            .entries
-            .back()
-            .map(|(e, _, _)| e.log_id)
-            .or(last_purged_log_id);
+        let last_log_id = log.entries.back().map(|e| e.log_id).or(last_purged_log_id);
         Ok(LogState {
             last_purged_log_id,
             last_log_id,
@@ -554,7 +657,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         if let Some(why) = &log.poisoned {
             return Err(poisoned_err(why));
         }
-        let Some((first, _, _)) = log.entries.front() else {
+        let Some(first) = log.entries.front() else {
             return Ok(());
         };
         let first = first.log_id.index;
@@ -565,7 +668,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             ))));
         }
         let pos = (log_id.index - first) as usize;
-        let Some(&(_, seq, offset)) = log.entries.get(pos) else {
+        let Some((seq, offset)) = log.entries.get(pos).map(|e| (e.seq, e.offset)) else {
             return Ok(());
         };
         let cut = (|| -> Result<(), PersistError> {
@@ -585,7 +688,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             log.poisoned = Some(e.to_string());
             return Err(io_err(e));
         }
-        log.entries.truncate(pos);
+        log.truncate_at(pos);
         Ok(())
     }
 
@@ -611,9 +714,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         while log
             .entries
             .front()
-            .is_some_and(|(e, _, _)| e.log_id.index <= log_id.index)
+            .is_some_and(|e| e.log_id.index <= log_id.index)
         {
-            log.entries.pop_front();
+            log.pop_first();
         }
         let removed = (|| -> Result<(), PersistError> {
             if log.entries.is_empty() && log.writer.last_index() <= log_id.index + 1 {

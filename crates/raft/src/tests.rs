@@ -19,9 +19,14 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
         &self,
     ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<NodeId>> {
         let dir = tempfile::tempdir().map_err(|e| openraft::StorageIOError::read(&e))?;
-        // Tiny segments: the suite's logs then span several files.
-        let (log, _) = LogStore::open(dir.path(), LogOptions { segment_bytes: 256 })
-            .map_err(|e| openraft::StorageIOError::read(&e))?;
+        // Tiny segments and cache: the suite's logs then span several files, and most
+        // reads go back to the disk.
+        let options = LogOptions {
+            segment_bytes: 256,
+            cache_bytes: 200,
+        };
+        let (log, _) =
+            LogStore::open(dir.path(), options).map_err(|e| openraft::StorageIOError::read(&e))?;
         let sm = StateMachine::open(
             dir.path(),
             StateStore::new(),

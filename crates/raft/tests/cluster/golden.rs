@@ -22,6 +22,7 @@ fn options() -> ServerOptions {
     ServerOptions {
         log: LogOptions {
             segment_bytes: 1024,
+            ..LogOptions::default()
         },
         ..ServerOptions::default()
     }

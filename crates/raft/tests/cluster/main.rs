@@ -21,6 +21,8 @@ fn small_snapshots() -> ServerOptions {
     o.raft.snapshot_policy = SnapshotPolicy::LogsSinceLast(300);
     o.raft.max_in_snapshot_log_to_keep = 0;
     o.raft.purge_batch_size = 1;
+    // A small cache: catching up reads entries back from the segments.
+    o.log.cache_bytes = 16 << 10;
     o
 }
 
