@@ -12,6 +12,9 @@ reports are listed with the other side empty.
 """
 import json
 import os
+
+# The peer's name in the table (PEER_NAME=nomad-raft for scripts/compare-raft-peer.sh).
+PEER = os.environ.get("PEER_NAME", "go-memdb")
 import re
 import statistics
 import sys
@@ -148,10 +151,10 @@ def main():
         f"{len(rs_docs)} run(s); nodes={gm.get('nodes')} allocs/node={gm.get('allocs_per_node')} "
         f"plugins={gm.get('plugins')} seed={gm.get('seed')}",
         "",
-        "ratio = go-memdb median / schedstate median for times and memory, schedstate / go-memdb for rates: "
+        f"ratio = {PEER} median / schedstate median for times and memory, schedstate / {PEER} for rates: "
         "> 1 means schedstate is better. foreign_cores = other processes' CPU during the phase (contamination).",
         "",
-        "| workload | metric | go-memdb median | schedstate median | ratio | go-memdb min – max | schedstate min – max | note |",
+        f"| workload | metric | {PEER} median | schedstate median | ratio | {PEER} min – max | schedstate min – max | note |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for row in rows:

@@ -55,6 +55,7 @@ struct Flags {
     failover_clients: usize,
     nomad_timeouts: bool,
     timeouts: Option<(u64, u64, u64)>,
+    json: Option<String>,
 }
 
 fn parse_flags() -> Flags {
@@ -71,6 +72,7 @@ fn parse_flags() -> Flags {
         failover_clients: 4,
         nomad_timeouts: false,
         timeouts: None,
+        json: None,
     };
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -107,6 +109,7 @@ fn parse_flags() -> Flags {
                     .collect();
                 f.timeouts = Some((v[0], v[1], v[2]));
             }
+            "json" => f.json = Some(value),
             "nomad-timeouts" => {
                 f.nomad_timeouts = true;
                 took = false;
@@ -413,6 +416,7 @@ async fn run(f: Flags) {
             .map(|s| (s.id(), s.log_stats()))
             .collect();
         let cpu_before = own_cpu_secs();
+        let acked_before = all_acks.lock().len();
         let handles: Vec<_> = (0..c)
             .map(|ci| {
                 tokio::spawn(client_loop(
@@ -481,6 +485,12 @@ async fn run(f: Flags) {
                 (
                     "leader_entries_per_fsync",
                     (le as f64 / lf.max(1) as f64 * 100.0).round() / 100.0,
+                ),
+                (
+                    "commands_per_entry",
+                    ((all_acks.lock().len() - acked_before) as f64 / le.max(1) as f64 * 100.0)
+                        .round()
+                        / 100.0,
                 ),
                 (
                     "follower_entries_per_fsync",
@@ -657,6 +667,18 @@ async fn run(f: Flags) {
     );
     for s in cluster.live() {
         s.shutdown().await;
+    }
+    if let Some(path) = &f.json {
+        let meta = serde_json::json!({
+            "bench": "schedstate-raft raft_workload",
+            "nodes": f.nodes,
+            "clients": f.clients,
+            "secs": f.secs,
+            "failovers": f.failovers,
+            "heartbeat_ms": o.raft.heartbeat_interval,
+            "election_timeout_ms": [o.raft.election_timeout_min, o.raft.election_timeout_max],
+        });
+        rep.write_json(path, meta).expect("write -json");
     }
 }
 

@@ -3,9 +3,9 @@
 //! openraft 0.9 appends one entry per `client_write` and waits for its fsync before
 //! it takes the next, so a leader that proposed each command on its own would do one
 //! fsync per command, one after the other. Here proposals queue while earlier entries
-//! are in flight; each entry takes everything queued (up to a limit), so under load
-//! one append, one fsync and one apply carry many commands. A lone proposal still goes
-//! out at once, alone.
+//! in flight; the next entry takes everything queued meanwhile (up to a limit), so
+//! under load one append, one fsync, one replication round and one apply carry many
+//! commands. A lone proposal still goes out at once, alone.
 
 use std::sync::Arc;
 
@@ -19,9 +19,11 @@ use crate::{Proposal, TypeConfig};
 
 /// The most commands in one entry.
 pub(crate) const MAX_BATCH: usize = 512;
-/// Entries proposed and not yet answered at once: enough to overlap one entry's fsync
-/// with the next one's replication.
-const IN_FLIGHT: usize = 2;
+/// Entries proposed and not yet answered at once. One: openraft 0.9 appends and
+/// fsyncs entries one after the other anyway, so a second entry in flight only splits
+/// the queue into smaller batches (measured with `raft_workload` at 64 clients:
+/// 13.2k commits/s with one, 12.0k with two, 10.3k with four, 7.3k with eight).
+const IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<Committed, ProposeError>>;
 
