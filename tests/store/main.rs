@@ -17,6 +17,7 @@ mod persist_golden;
 mod persist_group;
 mod persist_repair;
 mod persist_roundtrip;
+mod state_batch;
 mod state_blocking;
 mod state_claims;
 mod state_model;
