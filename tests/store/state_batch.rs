@@ -122,7 +122,7 @@ fn a_batch_of_refusals_writes_nothing_and_a_stale_batch_is_refused_whole() {
 fn a_batch_ends_in_the_state_its_accepted_commands_make_one_by_one_but_for_indexes() {
     // The same commands applied as a batch and one at a time (each at its own index)
     // accept and refuse the same ones and leave the same rows, indexes aside.
-    let commands = vec![
+    let commands = [
         Command::UpsertNode {
             node: node_with_plugin("a", "ebs"),
         },
