@@ -9,9 +9,11 @@ use super::error::{IoContext, PersistError, Result};
 pub(crate) const LOCK_FILE: &str = "LOCK";
 
 /// Holds the writer's lock on a data directory until dropped (an advisory `flock` on
-/// `DIR/LOCK`, released by the operating system if the process dies).
+/// `DIR/LOCK`, released by the operating system if the process dies). A
+/// [`DurableStore`](super::DurableStore) takes it on open; so does a replicated
+/// server's log.
 #[derive(Debug)]
-pub(crate) struct DirLock {
+pub struct DirLock {
     _file: File,
     path: PathBuf,
 }
@@ -21,7 +23,7 @@ impl DirLock {
     ///
     /// # Errors
     /// [`PersistError::Locked`] if another process or handle holds it.
-    pub(crate) fn acquire(dir: &Path) -> Result<DirLock> {
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
         let path = dir.join(LOCK_FILE);
         let file = fs::OpenOptions::new()
             .read(true)
@@ -38,7 +40,7 @@ impl DirLock {
     }
 
     /// The lock file.
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 }

@@ -36,6 +36,7 @@ pub use data_dir::{
 };
 pub use durable::{DurableStore, OpenReport, Options, SyncPolicy, TornTail};
 pub use error::{PersistError, Result};
+pub use lock::DirLock;
 pub use repair::{Dropped, RepairReport, repair_data_dir};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
 pub use wal::{WAL_MAGIC, WAL_VERSION};

@@ -32,10 +32,10 @@ use std::sync::mpsc;
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
 use parking_lot::{Condvar, Mutex};
-use schedstate::persist::PersistError;
 use schedstate::persist::segment::{
     self, SegmentWriter, create_dir_all, remove_file_durably, scan_segment, write_file_atomically,
 };
+use schedstate::persist::{DirLock, PersistError};
 
 use crate::log_format::{
     RAFT_LOG_FORMAT, RaftMeta, RaftRecord, meta_path, parse_segment_name, segment_name,
@@ -89,6 +89,8 @@ pub struct LogStore {
 
 struct Shared {
     dir: PathBuf,
+    /// The directory's exclusive lock, until [`LogStore::close`] (or the last clone).
+    lock: Mutex<Option<DirLock>>,
     options: LogOptions,
     log: Mutex<Log>,
     flusher: Mutex<Option<mpsc::Sender<LogFlushed<TypeConfig>>>>,
@@ -148,6 +150,8 @@ impl LogStore {
         options: LogOptions,
     ) -> Result<(LogStore, LogOpenReport), PersistError> {
         create_dir_all(dir)?;
+        // One server per directory, across processes and within one.
+        let lock = DirLock::acquire(dir)?;
         let meta_file = meta_path(dir);
         let meta = match std::fs::read(&meta_file) {
             Ok(bytes) => RaftMeta::decode(&meta_file, &bytes)?,
@@ -299,6 +303,7 @@ impl LogStore {
         let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
+            lock: Mutex::new(Some(lock)),
             options,
             log: Mutex::new({
                 let mut log = Log {
@@ -330,6 +335,16 @@ impl LogStore {
                 source,
             })?;
         Ok((LogStore { shared }, report))
+    }
+
+    /// Releases the directory's lock: the server using this log has stopped (its Raft
+    /// is shut down), and another may open the directory. Appends after this fail.
+    pub fn close(&self) {
+        let mut log = self.shared.log.lock();
+        log.poisoned.get_or_insert_with(|| "closed".into());
+        drop(log);
+        self.flush_barrier();
+        self.shared.lock.lock().take();
     }
 
     /// The directory the log lives in.

@@ -357,10 +357,12 @@ impl Server {
             .map_err(|e| ProposeError::from_write(e).into())
     }
 
-    /// Stops Raft. The files stay as they are: every acknowledged entry was fsynced
-    /// before it was acknowledged, so stopping writes nothing more (a crash and a stop
-    /// leave the same directory).
+    /// Stops Raft and releases the data directory's lock. The files stay as they are:
+    /// every acknowledged entry was fsynced before it was acknowledged, so stopping
+    /// writes nothing more (a crash and a stop leave the same directory).
     pub async fn shutdown(&self) {
         let _ = self.inner.raft.shutdown().await;
+        // Raft has stopped: let another server open the directory.
+        self.inner.log.close();
     }
 }

@@ -277,3 +277,32 @@ async fn random_schedules_of_crashes_and_partitions_keep_every_acknowledged_writ
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_serves_one_server_at_a_time() {
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    let one = cluster.server(1);
+    let second = schedstate_raft::Server::open(
+        9,
+        &cluster.dir(1),
+        ServerOptions::default(),
+        cluster.router.network(9),
+    )
+    .await;
+    match second {
+        Err(schedstate_raft::OpenError::Persist(schedstate::persist::PersistError::Locked {
+            ..
+        })) => {}
+        Err(e) => panic!("expected Locked, got {e}"),
+        Ok(_) => panic!("a second server opened a directory in use"),
+    }
+    // Once the first stops, the directory opens again.
+    cluster.crash(1).await;
+    drop(one);
+    let back = cluster.open(1).await;
+    cluster.converge().await;
+    assert!(back.last_applied() > 0);
+    for s in cluster.live() {
+        s.shutdown().await;
+    }
+}
