@@ -6,5 +6,6 @@ mod blocking;
 mod concurrency;
 mod model;
 mod registry;
+mod savepoint;
 mod support;
 mod watch;
