@@ -3,6 +3,7 @@
 //! acknowledged write applied exactly once on every server, states byte-identical.
 
 mod golden;
+mod log_files;
 mod membership;
 mod support;
 mod tcp;
