@@ -35,8 +35,14 @@ fn cpu_sample() -> (f64, f64) {
                 .then(|| (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / 100.0)
         })
         .unwrap_or(0.0);
-    // Fields 14 and 15 of /proc/self/stat (utime, stime), after the ")" of the name.
-    let own = std::fs::read_to_string("/proc/self/stat")
+    let own = own_cpu_secs();
+    (busy, own)
+}
+
+/// CPU seconds this process used (user + system): fields 14 and 15 of
+/// /proc/self/stat (utime, stime), after the ")" of the name.
+pub fn own_cpu_secs() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|s| {
             let rest = &s[s.rfind(')')? + 1..];
@@ -45,8 +51,7 @@ fn cpu_sample() -> (f64, f64) {
             let st: f64 = f.get(12)?.parse().ok()?;
             Some((ut + st) / 100.0)
         })
-        .unwrap_or(0.0);
-    (busy, own)
+        .unwrap_or(0.0)
 }
 
 pub struct Reporter {

@@ -482,6 +482,41 @@ pub fn scan_segment<R>(
     })
 }
 
+/// What starts at one offset of a segment, as a record-by-record search sees it.
+enum Candidate {
+    /// No whole record with a valid checksum and a payload the probe accepts.
+    Nothing,
+    /// Checking it would exceed the search's budget of checksummed bytes.
+    OverBudget,
+    /// A valid record ending at `end`, with its index.
+    Record { end: usize, index: u64 },
+}
+
+/// Looks for a valid record at offset `p` of `bytes`, charging what it checksums to
+/// `budget` (a bound on the work forged input can cause).
+fn candidate(format: &SegmentFormat, bytes: &[u8], p: usize, budget: &mut u64) -> Candidate {
+    let header = RECORD_HEADER_LEN as usize;
+    let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
+    let end = p + header + len.min(MAX_RECORD) as usize;
+    if len > MAX_RECORD || end > bytes.len() {
+        return Candidate::Nothing;
+    }
+    let cost = u64::from(len) + header as u64;
+    if cost > *budget {
+        return Candidate::OverBudget;
+    }
+    *budget -= cost;
+    let stored = u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
+    let payload = &bytes[p + header..end];
+    if record_crc(len.to_le_bytes(), payload) != stored {
+        return Candidate::Nothing;
+    }
+    match (format.probe)(payload) {
+        Some(index) => Candidate::Record { end, index },
+        None => Candidate::Nothing,
+    }
+}
+
 /// Whether a whole record with a valid checksum and a payload the format's probe
 /// accepts starts anywhere after `from` in `bytes`. A torn write leaves only a prefix
 /// of one record, so finding one means the bytes at `from` were damaged, not torn.
@@ -490,27 +525,13 @@ pub fn scan_segment<R>(
 /// forged input) it gives up and answers yes, so that the damage is reported as
 /// corruption rather than truncated away.
 fn valid_record_after(format: &SegmentFormat, bytes: &[u8], from: u64) -> bool {
-    let header = RECORD_HEADER_LEN as usize;
     let mut budget = 2 * u64::from(MAX_RECORD);
     let mut p = from as usize + 1;
-    while p + header <= bytes.len() {
-        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
-        let end = p + header + len.min(MAX_RECORD) as usize;
-        if len <= MAX_RECORD && end <= bytes.len() {
-            let cost = u64::from(len) + header as u64;
-            if cost > budget {
-                return true;
-            }
-            budget -= cost;
-            let stored =
-                u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
-            let payload = &bytes[p + header..end];
-            if record_crc(len.to_le_bytes(), payload) == stored && (format.probe)(payload).is_some()
-            {
-                return true;
-            }
+    while p + RECORD_HEADER_LEN as usize <= bytes.len() {
+        match candidate(format, bytes, p, &mut budget) {
+            Candidate::Nothing => p += 1,
+            Candidate::OverBudget | Candidate::Record { .. } => return true,
         }
-        p += 1;
     }
     false
 }
@@ -524,33 +545,20 @@ pub fn decodable_records(
     bytes: &[u8],
     from: u64,
 ) -> (u64, Option<(u64, u64)>) {
-    let header = RECORD_HEADER_LEN as usize;
     let mut budget = 4 * u64::from(MAX_RECORD);
     let (mut count, mut range): (u64, Option<(u64, u64)>) = (0, None);
     let mut p = from as usize;
-    while p + header <= bytes.len() {
-        let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
-        let end = p + header + len.min(MAX_RECORD) as usize;
-        if len <= MAX_RECORD && end <= bytes.len() {
-            let cost = u64::from(len) + header as u64;
-            if cost > budget {
-                break;
-            }
-            budget -= cost;
-            let stored =
-                u32::from_le_bytes([bytes[p + 4], bytes[p + 5], bytes[p + 6], bytes[p + 7]]);
-            let payload = &bytes[p + header..end];
-            if record_crc(len.to_le_bytes(), payload) == stored
-                && let Some(index) = (format.probe)(payload)
-            {
+    while p + RECORD_HEADER_LEN as usize <= bytes.len() {
+        match candidate(format, bytes, p, &mut budget) {
+            Candidate::Nothing => p += 1,
+            Candidate::OverBudget => break,
+            Candidate::Record { end, index } => {
                 count += 1;
                 range =
                     Some(range.map_or((index, index), |(lo, hi)| (lo.min(index), hi.max(index))));
                 p = end;
-                continue;
             }
         }
-        p += 1;
     }
     (count, range)
 }

@@ -39,7 +39,7 @@ use schedstate_raft::{ProposeError, Server, ServerOptions, TcpEndpoint, TcpNetwo
 use tokio::net::TcpListener;
 
 use crate::dataset::Dataset;
-use crate::report::{Reporter, pct, us};
+use crate::report::{Reporter, own_cpu_secs, pct, us};
 use crate::splitmix::SplitMix64;
 
 struct Flags {
@@ -204,18 +204,74 @@ fn flip(leader: &Server, ds: &Dataset, i: usize, k: usize, write_id: u64) -> Opt
     Some(node)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn client_loop(
+/// One phase's writers and what they share: the cluster and dataset, the write-id
+/// counter, the stop flag, the measuring window, and what they record.
+#[derive(Clone)]
+struct Clients {
     cluster: Arc<Cluster>,
     ds: Arc<Dataset>,
-    seed: u64,
     next_id: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     window: Arc<Mutex<Option<(Instant, Instant)>>>,
     samples: Arc<Mutex<Vec<i64>>>,
     acks: Arc<Mutex<Vec<Ack>>>,
+    /// (time, server) of every acknowledgement: the failover rounds look for the first
+    /// one on a new leader.
     first_ack_by: Arc<Mutex<Vec<(Instant, u64)>>>,
-) -> u64 {
+}
+
+impl Clients {
+    /// A new phase over `cluster`: its own stop flag, window and records; the write
+    /// ids and the acknowledged writes are the run's.
+    fn new(
+        cluster: &Arc<Cluster>,
+        ds: &Arc<Dataset>,
+        next_id: &Arc<AtomicU64>,
+        acks: &Arc<Mutex<Vec<Ack>>>,
+    ) -> Clients {
+        Clients {
+            cluster: cluster.clone(),
+            ds: ds.clone(),
+            next_id: next_id.clone(),
+            stop: Arc::default(),
+            window: Arc::default(),
+            samples: Arc::default(),
+            acks: acks.clone(),
+            first_ack_by: Arc::default(),
+        }
+    }
+
+    /// Starts `n` writers; writer `c` draws from SplitMix64(`seed_base` + c).
+    fn spawn(&self, n: usize, seed_base: u64) -> Vec<tokio::task::JoinHandle<u64>> {
+        (0..n)
+            .map(|c| tokio::spawn(client_loop(self.clone(), seed_base + c as u64)))
+            .collect()
+    }
+
+    /// Stops the writers and returns their error count.
+    async fn stop(&self, handles: Vec<tokio::task::JoinHandle<u64>>) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut errors = 0;
+        for h in handles {
+            errors += h.await.expect("client");
+        }
+        errors
+    }
+}
+
+/// One writer: until stopped, pick a node and a fingerprint, flip it, propose on the
+/// leader; returns the errors it saw (each followed by a retry).
+async fn client_loop(sh: Clients, seed: u64) -> u64 {
+    let Clients {
+        cluster,
+        ds,
+        next_id,
+        stop,
+        window,
+        samples,
+        acks,
+        first_ack_by,
+    } = sh;
     let mut g = SplitMix64(seed);
     let mut errors = 0;
     let mut leader = cluster.wait_leader(None).await;
@@ -406,10 +462,7 @@ async fn run(f: Flags) {
     let next_id = Arc::new(AtomicU64::new(1));
     let all_acks: Arc<Mutex<Vec<Ack>>> = Arc::default();
     for (p, &c) in f.clients.iter().enumerate() {
-        let stop = Arc::new(AtomicBool::new(false));
-        let window = Arc::new(Mutex::new(None));
-        let samples: Arc<Mutex<Vec<i64>>> = Arc::default();
-        let firsts = Arc::new(Mutex::new(Vec::new()));
+        let clients = Clients::new(&cluster, &ds, &next_id, &all_acks);
         let stats_before: Vec<(u64, schedstate_raft::LogStats)> = cluster
             .live()
             .iter()
@@ -417,32 +470,14 @@ async fn run(f: Flags) {
             .collect();
         let cpu_before = own_cpu_secs();
         let acked_before = all_acks.lock().len();
-        let handles: Vec<_> = (0..c)
-            .map(|ci| {
-                tokio::spawn(client_loop(
-                    cluster.clone(),
-                    ds.clone(),
-                    10_000 * (p as u64 + 1) + ci as u64,
-                    next_id.clone(),
-                    stop.clone(),
-                    window.clone(),
-                    samples.clone(),
-                    all_acks.clone(),
-                    firsts.clone(),
-                ))
-            })
-            .collect();
+        let handles = clients.spawn(c, 10_000 * (p as u64 + 1));
         tokio::time::sleep(Duration::from_secs_f64(f.warmup)).await;
         rep.mark();
         let from = Instant::now();
         let to = from + Duration::from_secs_f64(f.secs);
-        *window.lock() = Some((from, to));
+        *clients.window.lock() = Some((from, to));
         tokio::time::sleep_until(to.into()).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut errors = 0;
-        for h in handles {
-            errors += h.await.expect("client");
-        }
+        let errors = clients.stop(handles).await;
         let cpu = own_cpu_secs() - cpu_before;
         let leader_id = cluster.wait_leader(None).await.id();
         let (mut le, mut lf, mut fe, mut ff) = (0u64, 0u64, 0u64, 0u64);
@@ -458,7 +493,7 @@ async fn run(f: Flags) {
                 (fe, ff) = (fe + e, ff + fs);
             }
         }
-        let mut s = samples.lock().clone();
+        let mut s = clients.samples.lock().clone();
         s.sort_unstable();
         let n = s.len() as u64;
         let leader = cluster.wait_leader(None).await;
@@ -510,25 +545,8 @@ async fn run(f: Flags) {
 
     // ---- failover ----
     if f.failovers > 0 {
-        let stop = Arc::new(AtomicBool::new(false));
-        let window = Arc::new(Mutex::new(None));
-        let samples: Arc<Mutex<Vec<i64>>> = Arc::default();
-        let firsts: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
-        let handles: Vec<_> = (0..f.failover_clients)
-            .map(|ci| {
-                tokio::spawn(client_loop(
-                    cluster.clone(),
-                    ds.clone(),
-                    90_000 + ci as u64,
-                    next_id.clone(),
-                    stop.clone(),
-                    window.clone(),
-                    samples.clone(),
-                    all_acks.clone(),
-                    firsts.clone(),
-                ))
-            })
-            .collect();
+        let clients = Clients::new(&cluster, &ds, &next_id, &all_acks);
+        let handles = clients.spawn(f.failover_clients, 90_000);
         rep.mark();
         let mut failover_ms = Vec::new();
         let mut election_ms = Vec::new();
@@ -547,7 +565,8 @@ async fn run(f: Flags) {
             let new = cluster.wait_leader(Some(old.id())).await;
             let elected = t0.elapsed();
             let first = loop {
-                let hit = firsts
+                let hit = clients
+                    .first_ack_by
                     .lock()
                     .iter()
                     .find(|(t, by)| *t > t0 && *by != old.id())
@@ -586,11 +605,7 @@ async fn run(f: Flags) {
             election_ms.push(elected.as_secs_f64() * 1e3);
             rejoin_ms.push(rejoin.as_secs_f64() * 1e3);
         }
-        stop.store(true, Ordering::Relaxed);
-        let mut errors = 0;
-        for h in handles {
-            errors += h.await.expect("client");
-        }
+        let errors = clients.stop(handles).await;
         let med = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
@@ -680,20 +695,6 @@ async fn run(f: Flags) {
         });
         rep.write_json(path, meta).expect("write -json");
     }
-}
-
-/// CPU seconds this process used (user + system), from /proc/self/stat.
-fn own_cpu_secs() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|s| {
-            let rest = &s[s.rfind(')')? + 1..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ut: f64 = f.get(11)?.parse().ok()?;
-            let st: f64 = f.get(12)?.parse().ok()?;
-            Some((ut + st) / 100.0)
-        })
-        .unwrap_or(0.0)
 }
 
 fn walk(dir: &std::path::Path) -> Vec<u64> {

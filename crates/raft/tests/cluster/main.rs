@@ -42,9 +42,7 @@ async fn ten_thousand_commands_from_sixteen_clients_reach_every_server_exactly_o
     for s in cluster.live() {
         assert_applied_once(&s, &acked);
     }
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,9 +83,7 @@ async fn a_leader_crash_mid_stream_loses_nothing_and_the_restarted_server_rejoin
     for s in cluster.live() {
         assert_applied_once(&s, &acked);
     }
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,9 +129,7 @@ async fn a_follower_behind_a_purge_catches_up_by_snapshot_and_its_blocking_query
     // Re-run after the wake, the query sees the new state.
     let now = lagging.read_stale();
     assert!(now.view().node("lag-999").is_some());
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,9 +178,7 @@ async fn the_minority_side_of_a_partition_cannot_commit_and_everyone_converges_a
             "an entry the minority never committed was applied"
         );
     }
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,9 +202,7 @@ async fn a_refused_command_commits_as_a_no_op_everywhere_and_the_proposer_gets_t
         assert!(s.last_applied() >= index);
         assert_eq!(s.read_stale().canonical_bytes().unwrap(), before);
     }
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 /// Seeded schedules of crashes, restarts, partitions and heals between writes; the
@@ -273,9 +263,7 @@ async fn random_schedules_of_crashes_and_partitions_keep_every_acknowledged_writ
         for s in cluster.live() {
             assert_applied_once(&s, &acked);
         }
-        for s in cluster.live() {
-            s.shutdown().await;
-        }
+        cluster.shutdown().await;
     }
 }
 
@@ -303,7 +291,5 @@ async fn a_data_directory_serves_one_server_at_a_time() {
     let back = cluster.open(1).await;
     cluster.converge().await;
     assert!(back.last_applied() > 0);
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }

@@ -42,9 +42,7 @@ async fn a_learner_is_added_promoted_and_a_voter_removed_while_writes_go_on() {
     for s in cluster.live() {
         assert!(s.read_stale().view().node("after-49").is_some());
     }
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +75,5 @@ async fn consistent_reads_come_from_the_leader_and_stale_reads_from_anywhere() {
     // ... and answers a stale read once it applied the write.
     follower.wait_applied(c.index, DEADLINE).await.unwrap();
     assert!(follower.read_stale().view().node("read-0").is_some());
-    for s in cluster.live() {
-        s.shutdown().await;
-    }
+    cluster.shutdown().await;
 }

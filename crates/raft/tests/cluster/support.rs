@@ -78,6 +78,13 @@ impl Cluster {
         }
     }
 
+    /// Stops every live server.
+    pub async fn shutdown(&self) {
+        for s in self.live() {
+            s.shutdown().await;
+        }
+    }
+
     /// Waits until a live server other than `not` is leader, as all live servers
     /// outside `not` agree; returns it.
     pub async fn wait_leader(&self, not: &[NodeId]) -> Server {
