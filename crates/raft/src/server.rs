@@ -199,7 +199,9 @@ impl Server {
 
     /// The current leader as this server knows it, with its address.
     pub async fn leader_node(&self) -> Option<(NodeId, String)> {
-        let m = self.inner.raft.metrics().borrow().clone();
+        // Read in place: every forwarded proposal asks, and the metrics are large.
+        let metrics = self.inner.raft.metrics();
+        let m = metrics.borrow();
         let leader = m.current_leader?;
         let addr = m
             .membership_config
