@@ -36,6 +36,7 @@ pub enum ClientStatus {
 
 /// A request by an allocation to use a CSI volume.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiVolumeRequest {
     /// The volume's id, relative to the allocation's namespace.
     pub volume_id: Id,
@@ -45,6 +46,7 @@ pub struct CsiVolumeRequest {
 
 /// An allocation: one placement of a job's task group on a node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Allocation {
     /// The allocation's id (the key of the allocs table).
     pub id: Id,

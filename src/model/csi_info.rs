@@ -11,6 +11,7 @@ use super::Id;
 /// Equality ignores [`update_time`](CsiInfo::update_time): two reports that
 /// differ only in when they were taken describe the same instance.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiInfo {
     /// The id of the plugin this is an instance of.
     pub plugin_id: Id,
@@ -179,6 +180,7 @@ impl Eq for CsiInfo {}
 
 /// The capabilities a CSI controller instance reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiControllerInfo {
     /// The controller can attach volumes read-only.
     pub supports_read_only_attach: bool,
@@ -192,6 +194,7 @@ pub struct CsiControllerInfo {
 
 /// The details a CSI node instance reported.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiNodeInfo {
     /// The provider's id for this node.
     pub id: String,
@@ -206,6 +209,7 @@ pub struct CsiNodeInfo {
 
 /// A CSI topology: segment keys (such as a zone label) and their values.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiTopology {
     /// The topology segments, by key.
     #[serde(default)]

@@ -22,6 +22,7 @@ pub enum NodeStatus {
 
 /// A client node: a machine that runs allocations and CSI plugin instances.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Node {
     /// The node's id (the key of the nodes table).
     pub id: Id,

@@ -107,6 +107,7 @@ pub enum CsiVolumeClaimState {
 
 /// One way a volume may be used: an access mode with an attachment mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiVolumeCapability {
     /// The access mode.
     pub access_mode: CsiVolumeAccessMode,
@@ -116,6 +117,7 @@ pub struct CsiVolumeCapability {
 
 /// Options for mounting a file-system volume.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiMountOptions {
     /// The file-system type.
     #[serde(default)]
@@ -127,6 +129,7 @@ pub struct CsiMountOptions {
 
 /// An allocation's claim on a volume.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiVolumeClaim {
     /// The claiming allocation; empty for a garbage-collection claim.
     pub alloc_id: Id,
@@ -151,6 +154,7 @@ pub struct CsiVolumeClaim {
 /// `schedulable`) stay at their defaults in stored rows; the state layer fills
 /// them in on a copy when the volume is read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiVolume {
     /// The namespace the volume belongs to.
     pub namespace: Id,

@@ -13,6 +13,7 @@ use crate::model::{Allocation, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
 /// log format): code outside this crate that matches on a command needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
+#[serde(deny_unknown_fields)]
 pub enum Command {
     /// Insert or replace a node, and derive its plugin instances from its fingerprints.
     UpsertNode {
@@ -89,6 +90,7 @@ pub enum Command {
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CsiVolumeClaimRequest {
     /// The volume's namespace.
     pub namespace: Id,

@@ -15,6 +15,7 @@ use crate::batcher::Batcher;
 use crate::error::{ClusterError, OpenError, ProposeError};
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{Factory, Forwarder, Network};
+use crate::observe::ApplyObserver;
 use crate::state_machine::{Applied, StateMachine};
 use crate::{NodeId, TypeConfig};
 
@@ -33,6 +34,8 @@ pub struct ServerOptions {
     pub raft: Config,
     /// The log's segment size.
     pub log: LogOptions,
+    /// Told of every applied entry and installed snapshot (event streams, metrics).
+    pub on_apply: Option<ApplyObserver>,
 }
 
 impl Default for ServerOptions {
@@ -53,6 +56,7 @@ impl Default for ServerOptions {
                 ..Config::default()
             },
             log: LogOptions::default(),
+            on_apply: None,
         }
     }
 }
@@ -99,7 +103,7 @@ impl Server {
         let (log, opened) = LogStore::open(dir, options.log)?;
         let store = StateStore::new();
         let applied = Arc::new(Mutex::new(Applied::default()));
-        let sm = StateMachine::open(dir, store.clone(), applied.clone())?;
+        let sm = StateMachine::open(dir, store.clone(), applied.clone(), options.on_apply)?;
         let config = Arc::new(options.raft.validate()?);
         let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
         Ok(Server {

@@ -9,6 +9,7 @@
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
@@ -21,6 +22,7 @@ use schedstate::persist::segment::{remove_file_durably, write_file_atomically};
 use schedstate::state::{StateError, StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
+use crate::observe::{ApplyEvent, ApplyObserver};
 use crate::snapshot_file::{self, snapshot_files, snapshot_name};
 use crate::{Entry, NodeId, Proposal, TypeConfig};
 
@@ -50,6 +52,7 @@ pub(crate) struct StateMachine {
     /// The newest snapshot on disk.
     current: Option<(SnapshotMeta<NodeId, BasicNode>, PathBuf)>,
     built: u64,
+    observer: Option<ApplyObserver>,
 }
 
 fn sm_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -67,6 +70,7 @@ impl StateMachine {
         dir: &Path,
         store: StateStore,
         applied: Arc<Mutex<Applied>>,
+        observer: Option<ApplyObserver>,
     ) -> Result<StateMachine, PersistError> {
         let mut sm = StateMachine {
             store,
@@ -74,6 +78,7 @@ impl StateMachine {
             applied,
             current: None,
             built: 0,
+            observer,
         };
         if let Some((_, path)) = snapshot_files(dir)?.pop() {
             let bytes = std::fs::read(&path).map_err(|source| PersistError::Io {
@@ -87,6 +92,10 @@ impl StateMachine {
             a.membership = meta.last_membership.clone();
             drop(a);
             sm.current = Some((meta, path));
+        }
+        if let Some(observer) = &sm.observer {
+            let index = sm.applied.lock().last.map_or(0, |l| l.index);
+            observer.tell(&ApplyEvent::Opened { index });
         }
         Ok(sm)
     }
@@ -144,22 +153,33 @@ impl StateMachine {
         index: u64,
         proposal: &Proposal,
     ) -> Result<ApplyResponse, StorageError<NodeId>> {
+        let started = Instant::now();
         // A stale index is not a refusal: it means the log and the state disagree,
         // which must stop this server.
-        let refused = match proposal.commands.as_slice() {
+        let (commit, refused) = match proposal.commands.as_slice() {
             [one] => match self.store.apply(index, one) {
-                Ok(_) => vec![None],
+                Ok(commit) => (Some(commit), vec![None]),
                 Err(e @ StateError::StaleIndex { .. }) => return Err(sm_err(e)),
-                Err(refused) => vec![Some(refused)],
+                Err(refused) => (None, vec![Some(refused)]),
             },
             many => {
                 let outcome = self
                     .store
                     .apply_batch(index, many.iter().map(|c| &**c))
                     .map_err(sm_err)?;
-                outcome.results.into_iter().map(Result::err).collect()
+                let refused = outcome.results.into_iter().map(Result::err).collect();
+                (outcome.commit, refused)
             }
         };
+        if let Some(observer) = &self.observer {
+            observer.tell(&ApplyEvent::Applied {
+                index,
+                commit: commit.as_ref(),
+                commands: &proposal.commands,
+                refused: &refused,
+                took: started.elapsed(),
+            });
+        }
         Ok(ApplyResponse { refused })
     }
 }
@@ -241,6 +261,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             a.installs += 1;
         }
         tracing::info!(last = ?meta.last_log_id, "installed a snapshot from the leader");
+        if let Some(observer) = &self.observer {
+            observer.tell(&ApplyEvent::SnapshotInstalled {
+                index: meta.last_log_id.map_or(0, |l| l.index),
+            });
+        }
         self.current = Some((meta.clone(), path));
         Ok(())
     }

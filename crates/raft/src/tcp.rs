@@ -2,7 +2,7 @@
 //! pooled connection.
 //!
 //! ```text
-//! frame := LEN u32 (little-endian) | postcard(WireRequest or WireAnswer)
+//! frame := LEN u32 (little-endian) | postcard(RpcRequest or RpcAnswer)
 //! ```
 //! A frame over [`MAX_FRAME`] is refused before anything is allocated for it. A
 //! connection that fails in any way is dropped (a new one is made for the next RPC);
@@ -13,113 +13,18 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use openraft::error::{InstallSnapshotError, RaftError};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
 use parking_lot::Mutex;
-use schedstate::state::Command;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::network::{Network, RpcFailure, RpcResult};
-use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
+use crate::network::RpcFailure;
+use crate::wire::{RpcAnswer, RpcRequest, Transport, answer_rpc};
+use crate::{NodeId, Server};
 
 /// The largest frame sent or accepted (a snapshot chunk, a batch of entries).
 pub const MAX_FRAME: u32 = 256 << 20;
-
-#[derive(Serialize, Deserialize)]
-enum WireRequest {
-    AppendEntries(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<NodeId>),
-    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
-    Forward(Command),
-}
-
-#[derive(Serialize, Deserialize)]
-enum WireAnswer {
-    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
-    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
-    InstallSnapshot(
-        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
-    ),
-    Forward(WireOutcome),
-}
-
-/// A proposal's outcome as it crosses the wire: a refusal as kind and message.
-#[derive(Serialize, Deserialize)]
-enum WireOutcome {
-    Committed(Committed),
-    Refused {
-        index: u64,
-        kind: String,
-        message: String,
-    },
-    NotLeader {
-        leader: Option<NodeId>,
-        address: Option<String>,
-    },
-    Unavailable(String),
-    Stopped,
-}
-
-impl From<Result<Committed, ProposeError>> for WireOutcome {
-    fn from(r: Result<Committed, ProposeError>) -> Self {
-        match r {
-            Ok(c) => WireOutcome::Committed(c),
-            Err(e @ ProposeError::Refused { .. }) => {
-                let kind = e.kind().to_string();
-                let ProposeError::Refused { index, error } = e else {
-                    unreachable!("matched above")
-                };
-                WireOutcome::Refused {
-                    index,
-                    kind,
-                    message: error.to_string(),
-                }
-            }
-            Err(ProposeError::RefusedRemotely {
-                index,
-                kind,
-                message,
-            }) => WireOutcome::Refused {
-                index,
-                kind,
-                message,
-            },
-            Err(ProposeError::NotLeader { leader, address }) => {
-                WireOutcome::NotLeader { leader, address }
-            }
-            Err(ProposeError::Unavailable(why)) => WireOutcome::Unavailable(why),
-            Err(ProposeError::Stopped) => WireOutcome::Stopped,
-        }
-    }
-}
-
-impl From<WireOutcome> for Result<Committed, ProposeError> {
-    fn from(w: WireOutcome) -> Self {
-        match w {
-            WireOutcome::Committed(c) => Ok(c),
-            WireOutcome::Refused {
-                index,
-                kind,
-                message,
-            } => Err(ProposeError::RefusedRemotely {
-                index,
-                kind,
-                message,
-            }),
-            WireOutcome::NotLeader { leader, address } => {
-                Err(ProposeError::NotLeader { leader, address })
-            }
-            WireOutcome::Unavailable(why) => Err(ProposeError::Unavailable(why)),
-            WireOutcome::Stopped => Err(ProposeError::Stopped),
-        }
-    }
-}
 
 async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> std::io::Result<()> {
     let mut buf = vec![0u8; 4];
@@ -164,8 +69,8 @@ impl TcpNetwork {
         &self,
         target: NodeId,
         addr: &str,
-        request: WireRequest,
-    ) -> Result<WireAnswer, RpcFailure> {
+        request: RpcRequest,
+    ) -> Result<RpcAnswer, RpcFailure> {
         let pooled = self.pool.lock().get_mut(addr).and_then(Vec::pop);
         let mut stream = match pooled {
             Some(s) => s,
@@ -183,7 +88,7 @@ impl TcpNetwork {
                 target,
                 reason: format!("send to {addr}: {e}"),
             })?;
-        let answer: WireAnswer =
+        let answer: RpcAnswer =
             read_frame(&mut stream)
                 .await
                 .map_err(|e| RpcFailure::Unreachable {
@@ -199,69 +104,14 @@ impl TcpNetwork {
     }
 }
 
-fn unexpected(target: NodeId) -> RpcFailure {
-    RpcFailure::Protocol {
-        target,
-        reason: "answer of another kind than the request".into(),
-    }
-}
-
-impl Network for TcpNetwork {
-    async fn append_entries(
+impl Transport for TcpNetwork {
+    async fn call(
         &self,
         target: NodeId,
         addr: &str,
-        rpc: AppendEntriesRequest<TypeConfig>,
-    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        match self
-            .call(target, addr, WireRequest::AppendEntries(rpc))
-            .await?
-        {
-            WireAnswer::AppendEntries(a) => Ok(a),
-            _ => Err(unexpected(target)),
-        }
-    }
-
-    async fn vote(
-        &self,
-        target: NodeId,
-        addr: &str,
-        rpc: VoteRequest<NodeId>,
-    ) -> RpcResult<VoteResponse<NodeId>> {
-        match self.call(target, addr, WireRequest::Vote(rpc)).await? {
-            WireAnswer::Vote(a) => Ok(a),
-            _ => Err(unexpected(target)),
-        }
-    }
-
-    async fn install_snapshot(
-        &self,
-        target: NodeId,
-        addr: &str,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
-        match self
-            .call(target, addr, WireRequest::InstallSnapshot(rpc))
-            .await?
-        {
-            WireAnswer::InstallSnapshot(a) => Ok(a),
-            _ => Err(unexpected(target)),
-        }
-    }
-
-    async fn forward(
-        &self,
-        target: NodeId,
-        addr: &str,
-        command: Command,
-    ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
-        match self
-            .call(target, addr, WireRequest::Forward(command))
-            .await?
-        {
-            WireAnswer::Forward(outcome) => Ok(outcome.into()),
-            _ => Err(unexpected(target)),
-        }
+        request: RpcRequest,
+    ) -> Result<RpcAnswer, RpcFailure> {
+        TcpNetwork::call(self, target, addr, request).await
     }
 }
 
@@ -329,19 +179,8 @@ impl Drop for TcpEndpoint {
 async fn serve_connection(mut stream: TcpStream, server: Server) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     loop {
-        let request: WireRequest = read_frame(&mut stream).await?;
-        let answer = match request {
-            WireRequest::AppendEntries(rpc) => {
-                WireAnswer::AppendEntries(server.raft().append_entries(rpc).await)
-            }
-            WireRequest::Vote(rpc) => WireAnswer::Vote(server.raft().vote(rpc).await),
-            WireRequest::InstallSnapshot(rpc) => {
-                WireAnswer::InstallSnapshot(server.raft().install_snapshot(rpc).await)
-            }
-            WireRequest::Forward(command) => {
-                WireAnswer::Forward(server.propose(command).await.into())
-            }
-        };
+        let request: RpcRequest = read_frame(&mut stream).await?;
+        let answer = answer_rpc(&server, request).await;
         write_frame(&mut stream, &answer).await?;
     }
 }

@@ -1,0 +1,323 @@
+//! [`Agent`]: one server process's life — bind, open the replicated store, serve HTTP,
+//! form or rejoin the cluster, log leader changes, stop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use schedstate_raft::{ApplyEvent, ApplyObserver, OpenError, Server};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::{AgentConfig, ConfigError};
+use crate::events::EventBuffer;
+use crate::http::{self, Shared};
+use crate::metrics::Metrics;
+use crate::transport::HttpTransport;
+
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is inconsistent.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The data directory could not be opened (damage, a lock held by another agent).
+    #[error("data directory: {0}")]
+    Open(#[from] OpenError),
+    /// The HTTP client for the Raft RPCs could not be built.
+    #[error("http client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+/// Whether `server` has never been part of a cluster: no membership, nothing logged,
+/// never voted.
+pub(crate) fn is_fresh(server: &Server) -> bool {
+    let metrics = server.raft().metrics();
+    let m = metrics.borrow();
+    m.membership_config.membership().nodes().next().is_none()
+        && m.last_log_index.is_none()
+        && m.current_term == 0
+}
+
+/// A running agent.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use schedstate_agent::{Agent, AgentConfig};
+///
+/// let config = AgentConfig::new(
+///     1,
+///     "127.0.0.1:4646".parse()?,
+///     "./d1".into(),
+///     "1=127.0.0.1:4646,2=127.0.0.1:4647,3=127.0.0.1:4648".parse()?,
+/// );
+/// let agent = Agent::start(config).await?;
+/// tokio::signal::ctrl_c().await?;
+/// agent.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct Agent {
+    addr: SocketAddr,
+    server: Server,
+    stop: watch::Sender<bool>,
+    http: JoinHandle<()>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Binds `config.bind`, opens (or resumes) the data directory, serves the API and
+    /// the Raft RPCs, and — when no server of the cluster has any state — has the
+    /// lowest id initialize the cluster with every peer as a voter. A restarted agent
+    /// resumes from its directory and rejoins.
+    ///
+    /// # Errors
+    /// [`AgentError`]: a bad configuration, the address in use, a damaged or locked
+    /// data directory.
+    pub async fn start(mut config: AgentConfig) -> Result<Agent, AgentError> {
+        config.validate()?;
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| AgentError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| AgentError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        if config.bind.port() == 0 {
+            config.peers.0.insert(config.id, addr.to_string());
+        }
+
+        let events = EventBuffer::new(config.event_buffer);
+        let metrics = Arc::new(Metrics::new());
+        let mut options = config.server.clone();
+        options.on_apply = Some(observer(events.clone(), metrics.clone()));
+        let transport = HttpTransport::new(config.token.clone())?;
+        let server = Server::open(config.id, &config.data, options, transport).await?;
+        tracing::info!(
+            id = config.id,
+            %addr,
+            data = %config.data.display(),
+            applied = server.last_applied(),
+            "agent started"
+        );
+
+        let (stop, stopping) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            server: server.clone(),
+            events,
+            metrics: metrics.clone(),
+            token: config.token.clone(),
+            max_wait: config.max_wait,
+            heartbeat: config.event_heartbeat,
+            proxy: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .build()?,
+            stopping: stopping.clone(),
+        });
+        let app = http::router(shared);
+        let mut until_stopped = stopping.clone();
+        let http = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = until_stopped.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the HTTP server stopped");
+            }
+        });
+        let tasks = vec![
+            tokio::spawn(watch_leader(server.clone(), metrics, stopping.clone())),
+            tokio::spawn(bootstrap(server.clone(), config, stopping)),
+        ];
+        Ok(Agent {
+            addr,
+            server,
+            stop,
+            http,
+            tasks,
+        })
+    }
+
+    /// The address the agent listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The replicated server underneath.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// Stops: no new requests, open blocking queries and streams answered or ended,
+    /// Raft stopped, the data directory's lock released. Nothing acknowledged is
+    /// lost whether an agent stops this way or is killed.
+    pub async fn shutdown(self) {
+        tracing::info!(id = self.server.id(), "agent stopping");
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+        let mut http = self.http;
+        if tokio::time::timeout(Duration::from_secs(3), &mut http)
+            .await
+            .is_err()
+        {
+            http.abort();
+        }
+        self.server.shutdown().await;
+        tracing::info!(id = self.server.id(), "agent stopped");
+    }
+}
+
+/// Feeds the event buffer and the metrics from the apply path.
+fn observer(events: Arc<EventBuffer>, metrics: Arc<Metrics>) -> ApplyObserver {
+    ApplyObserver::new(move |event| match event {
+        ApplyEvent::Opened { index } => events.reset(*index),
+        ApplyEvent::SnapshotInstalled { index } => {
+            events.reset(*index);
+            metrics.snapshots_installed.inc();
+        }
+        ApplyEvent::Applied {
+            commit,
+            refused,
+            took,
+            ..
+        } => {
+            if let Some(c) = commit {
+                events.push((*c).clone());
+            }
+            metrics.entries_applied.inc();
+            let n_refused = refused.iter().filter(|r| r.is_some()).count() as u64;
+            metrics.commands_refused.inc_by(n_refused);
+            metrics
+                .commands_accepted
+                .inc_by(refused.len() as u64 - n_refused);
+            metrics.apply_seconds.observe(took.as_secs_f64());
+        }
+        // ApplyEvent may grow; a new kind is not counted until it is taught here.
+        #[allow(unreachable_patterns)]
+        _ => {}
+    })
+}
+
+/// Logs each leader change (one line) and counts it.
+async fn watch_leader(server: Server, metrics: Arc<Metrics>, mut stopping: watch::Receiver<bool>) {
+    let mut rx = server.raft().metrics();
+    let mut last: Option<u64> = None;
+    loop {
+        let (leader, term) = {
+            let m = rx.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if leader != last {
+            match leader {
+                Some(l) if l == server.id() => {
+                    tracing::info!(leader = l, term, "this server is the leader")
+                }
+                Some(l) => tracing::info!(leader = l, term, "leader changed"),
+                None => tracing::info!(term, "no leader"),
+            }
+            if leader.is_some() {
+                metrics.leader_changes.inc();
+            }
+            last = leader;
+        }
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Forms the cluster on a first start: once every peer answers and none has state,
+/// the lowest id initializes it with every peer a voter. A server with state (a
+/// restart), or one whose peers have state (a replacement), waits to be contacted.
+async fn bootstrap(server: Server, config: AgentConfig, mut stopping: watch::Receiver<bool>) {
+    let lowest = config.peers.0.keys().next().copied();
+    if lowest != Some(config.id) {
+        return;
+    }
+    let http = match reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(2))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the bootstrap client");
+            return;
+        }
+    };
+    let mut waiting_logged = false;
+    loop {
+        if !is_fresh(&server) {
+            return;
+        }
+        let mut all_fresh = true;
+        let mut missing = Vec::new();
+        for (id, addr) in &config.peers.0 {
+            if *id == config.id {
+                continue;
+            }
+            let mut req = http.get(format!("http://{addr}/v1/agent/self"));
+            if let Some(t) = &config.token {
+                req = req.bearer_auth(t);
+            }
+            let answer = match req.send().await {
+                Ok(r) if r.status().is_success() => r.bytes().await.ok(),
+                _ => None,
+            };
+            match answer.and_then(|b| serde_json::from_slice::<http::AgentSelf>(&b).ok()) {
+                Some(peer) if !peer.fresh => {
+                    tracing::info!(peer = id, "a peer has state: waiting to be contacted");
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    all_fresh = false;
+                    missing.push(*id);
+                }
+            }
+        }
+        if all_fresh {
+            let members: Vec<(u64, String)> = config
+                .peers
+                .0
+                .iter()
+                .map(|(id, a)| (*id, a.clone()))
+                .collect();
+            match server.initialize(members).await {
+                Ok(()) => tracing::info!(
+                    servers = config.peers.0.len(),
+                    "initialized the cluster (no server had state)"
+                ),
+                Err(e) => tracing::error!(error = %e, "initializing the cluster failed"),
+            }
+            return;
+        }
+        if !waiting_logged {
+            tracing::info!(
+                ?missing,
+                "waiting for every peer to answer before forming the cluster"
+            );
+            waiting_logged = true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(300)) => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
+}

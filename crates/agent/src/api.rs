@@ -1,0 +1,151 @@
+//! The JSON shapes of the HTTP API beyond the model's own rows (which travel as the
+//! `schedstate::model` types serialize): list stubs, write answers, errors, the Raft
+//! configuration. Shared by the server and the [`Client`](crate::Client).
+
+use schedstate::model::CsiPlugin;
+use serde::{Deserialize, Serialize};
+
+/// The header every answer carries: the index the answer reflects (for a read, the
+/// index of what it read; for a write, the write's). Pass it back as `?index=` to
+/// block until that changes.
+pub const INDEX_HEADER: &str = "X-Schedstate-Index";
+
+/// The same value under Nomad's name, for clients written against Nomad.
+pub const NOMAD_INDEX_HEADER: &str = "X-Nomad-Index";
+
+/// Whether the server that answered knows a leader (`true`/`false`).
+pub const KNOWN_LEADER_HEADER: &str = "X-Schedstate-KnownLeader";
+
+/// The largest request body the public API takes (a `Command`); more is 413.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+
+/// One row of `GET /v1/plugins`: a plugin's identity and health counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginListStub {
+    /// The plugin id.
+    pub id: String,
+    /// The provider name from the CSI GetPluginInfo call (`ebs.csi.aws.com`).
+    pub provider: String,
+    /// The provider's version.
+    pub version: String,
+    /// Whether the plugin needs a controller.
+    pub controller_required: bool,
+    /// Healthy controller instances.
+    pub controllers_healthy: usize,
+    /// Controller instances fingerprinted.
+    pub controllers_expected: usize,
+    /// Healthy node instances.
+    pub nodes_healthy: usize,
+    /// Node instances fingerprinted.
+    pub nodes_expected: usize,
+}
+
+impl PluginListStub {
+    /// The stub of `plugin`.
+    pub fn of(plugin: &CsiPlugin) -> Self {
+        PluginListStub {
+            id: plugin.id.to_string(),
+            provider: plugin.provider.clone(),
+            version: plugin.version.clone(),
+            controller_required: plugin.controller_required,
+            controllers_healthy: plugin.controllers_healthy(),
+            controllers_expected: plugin.controllers_expected(),
+            nodes_healthy: plugin.nodes_healthy(),
+            nodes_expected: plugin.nodes_expected(),
+        }
+    }
+}
+
+/// The answer to `POST /v1/commands`: the command committed and was applied at
+/// `index` on the server that answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteResponse {
+    /// The Raft log index of the command's entry (its rows' modify index).
+    pub index: u64,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable name for the kind of error (`NodeNotFound`, `BadRequest`, `NoLeader`,
+    /// `IndexCompacted`, …): for a refused command, the store's
+    /// [`StateError::kind`](schedstate::state::StateError::kind).
+    pub kind: String,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// For a refused command: the index of the no-op entry it became.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
+}
+
+/// `GET /v1/operator/raft/configuration`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftConfiguration {
+    /// The index of the configuration's log entry.
+    pub index: u64,
+    /// Every member.
+    pub servers: Vec<RaftServer>,
+}
+
+/// One member of the Raft configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaftServer {
+    /// Its id.
+    pub id: u64,
+    /// Its address (API and Raft on one port).
+    pub address: String,
+    /// Whether it is the leader, as the answering server knows.
+    pub leader: bool,
+    /// Whether it votes (a learner does not).
+    pub voter: bool,
+}
+
+/// `POST /v1/operator/raft/peer`: add a server (as a learner, then a voter once it
+/// caught up) or remove one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+pub enum PeerChange {
+    /// Add server `id` at `address`.
+    Add {
+        /// Its id.
+        id: u64,
+        /// Its address.
+        address: String,
+    },
+    /// Remove server `id`.
+    Remove {
+        /// Its id.
+        id: u64,
+    },
+}
+
+/// One line of `GET /v1/event/stream`: the events of one committed write. An idle
+/// stream sends `{}` lines as heartbeats.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventBatch {
+    /// The write's index.
+    pub index: u64,
+    /// Its row changes that match the stream's topics, in (table, key) order.
+    pub events: Vec<Event>,
+}
+
+/// One row a committed write changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// `Node`, `Allocation`, `CSIPlugin` or `CSIVolume`.
+    pub topic: String,
+    /// `Upserted` (created or replaced) or `Deleted`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The row's id.
+    pub key: String,
+    /// The row's namespace (allocations and volumes), else empty.
+    #[serde(default)]
+    pub namespace: String,
+    /// The write's index.
+    pub index: u64,
+    /// The row after the write (before it, for `Deleted`), as stored.
+    pub payload: serde_json::Value,
+}

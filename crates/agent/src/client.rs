@@ -1,0 +1,529 @@
+//! [`Client`]: the HTTP API from Rust — what the CLI's `--address` commands, the
+//! cluster demo, the tests and the benchmark use.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use schedstate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use schedstate::state::Command;
+use serde::de::DeserializeOwned;
+
+use crate::api::{
+    ErrorBody, INDEX_HEADER, PeerChange, PluginListStub, RaftConfiguration, WriteResponse,
+};
+
+/// Why a request to an agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address is not a usable base URL.
+    #[error("bad agent address {address:?}: {reason}")]
+    BadAddress {
+        /// What was given.
+        address: String,
+        /// Why it is not usable.
+        reason: String,
+    },
+    /// No answer (connection refused or reset, timeout). For a write, the outcome is
+    /// unknown: read before retrying.
+    #[error("no answer from {url}: {source}")]
+    Transport {
+        /// The request's URL.
+        url: String,
+        /// The HTTP client's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The agent answered with an error status.
+    #[error("{status} from {url}: {kind}: {message}")]
+    Api {
+        /// The request's URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The error's kind ([`ErrorBody::kind`]).
+        kind: String,
+        /// Its message.
+        message: String,
+        /// For a refused command, the index of its no-op entry.
+        index: Option<u64>,
+    },
+    /// The answer's body was not what the API promises.
+    #[error("unreadable answer from {url}: {reason}")]
+    Decode {
+        /// The request's URL.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status of an [`Api`](Self::Api) error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The kind of an [`Api`](Self::Api) error (`NodeNotFound`, `NoLeader`, …).
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            ClientError::Api { kind, .. } => Some(kind),
+            _ => None,
+        }
+    }
+
+    /// Whether the request certainly changed nothing: the agent refused it before or
+    /// instead of proposing it (4xx), or the connection was never made. A 503 or a
+    /// dropped connection leaves a write's outcome unknown.
+    pub fn changed_nothing(&self) -> bool {
+        match self {
+            ClientError::Api { status, .. } => (400..500).contains(status),
+            ClientError::Transport { source, .. } => source.is_connect(),
+            ClientError::BadAddress { .. } => true,
+            ClientError::Decode { .. } => false,
+        }
+    }
+}
+
+/// How a read is made: blocking (`index` + `wait`) and/or stale.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Block until what the read depends on moves past this index (0: answer now).
+    pub index: u64,
+    /// How long to block at most (the server's default when `None`).
+    pub wait: Option<Duration>,
+    /// Answer from the server asked, without checking with the leader.
+    pub stale: bool,
+}
+
+impl ReadOptions {
+    /// A blocking read: answer once past `index`, or after `wait`.
+    pub fn blocking(index: u64, wait: Duration) -> Self {
+        ReadOptions {
+            index,
+            wait: Some(wait),
+            stale: false,
+        }
+    }
+
+    /// A stale read (from the server asked).
+    pub fn stale() -> Self {
+        ReadOptions {
+            stale: true,
+            ..ReadOptions::default()
+        }
+    }
+
+    fn query(&self) -> Vec<(&'static str, String)> {
+        let mut q = Vec::new();
+        if self.index > 0 {
+            q.push(("index", self.index.to_string()));
+        }
+        if let Some(w) = self.wait {
+            q.push(("wait", format!("{}ms", w.as_millis())));
+        }
+        if self.stale {
+            q.push(("stale", String::new()));
+        }
+        q
+    }
+}
+
+/// A read's value and the index it reflects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Indexed<T> {
+    /// What was read.
+    pub value: T,
+    /// The `X-Schedstate-Index` of the answer.
+    pub index: u64,
+}
+
+/// A client of one agent. Cheap to clone (clones share connections).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), schedstate_agent::ClientError> {
+/// use schedstate::model::Node;
+/// use schedstate::state::Command;
+/// use schedstate_agent::{Client, ReadOptions};
+///
+/// let client = Client::new("http://127.0.0.1:4646", None)?;
+/// let index = client.apply(&Command::UpsertNode { node: Node::new("n1", "dc1") }).await?;
+/// let node = client.node("n1", ReadOptions::default()).await?;
+/// assert!(node.index >= index && node.value.is_some());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+fn path_segment(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+impl Client {
+    /// A client of the agent at `address` (`http://host:port`; a bare `host:port`
+    /// means http), sending `token` as a bearer token when given.
+    ///
+    /// # Errors
+    /// [`ClientError::BadAddress`]: not an http URL.
+    pub fn new(address: &str, token: Option<String>) -> Result<Client, ClientError> {
+        let bad = |reason: &str| ClientError::BadAddress {
+            address: address.to_string(),
+            reason: reason.to_string(),
+        };
+        let trimmed = address.trim().trim_end_matches('/');
+        let base = if trimmed.contains("://") {
+            trimmed.to_string()
+        } else {
+            format!("http://{trimmed}")
+        };
+        let url = reqwest::Url::parse(&base).map_err(|e| bad(&e.to_string()))?;
+        if url.scheme() != "http" {
+            return Err(bad(
+                "only http:// is served (put TLS in front of the agent)",
+            ));
+        }
+        if url.host().is_none() {
+            return Err(bad("no host"));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|e| bad(&e.to_string()))?;
+        Ok(Client { http, base, token })
+    }
+
+    /// The base URL requests go to.
+    pub fn address(&self) -> &str {
+        &self.base
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        r
+    }
+
+    async fn send(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, String), ClientError> {
+        let req = req.build().map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        let url = req.url().to_string();
+        let resp = self
+            .http
+            .execute(req)
+            .await
+            .map_err(|source| ClientError::Transport {
+                url: url.clone(),
+                source,
+            })?;
+        Ok((resp, url))
+    }
+
+    async fn error(resp: reqwest::Response, url: String) -> ClientError {
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(body) => ClientError::Api {
+                url,
+                status,
+                kind: body.kind,
+                message: body.message,
+                index: body.index,
+            },
+            Err(_) => ClientError::Api {
+                url,
+                status,
+                kind: "Http".into(),
+                message: text,
+                index: None,
+            },
+        }
+    }
+
+    async fn body<T: DeserializeOwned>(
+        resp: reqwest::Response,
+        url: &str,
+    ) -> Result<T, ClientError> {
+        let bytes = resp.bytes().await.map_err(|e| ClientError::Decode {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn index_of(resp: &reqwest::Response) -> u64 {
+        resp.headers()
+            .get(INDEX_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// `GET path` with `opts`; a 404 is `None` when `missing_ok`.
+    async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        extra: &[(&str, &str)],
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<T>>, ClientError> {
+        let mut q: Vec<(&str, String)> = opts.query();
+        q.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        let req = self.request(reqwest::Method::GET, path).query(&q);
+        let (resp, url) = self.send(req).await?;
+        let index = Self::index_of(&resp);
+        match resp.status() {
+            StatusCode::OK => Ok(Indexed {
+                value: Some(Self::body(resp, &url).await?),
+                index,
+            }),
+            StatusCode::NOT_FOUND => {
+                let e = Self::error(resp, url).await;
+                // A 404 of a row the API did not find is an answer; one of an unknown
+                // path is an error.
+                if e.kind().is_some_and(|k| k.ends_with("NotFound")) {
+                    Ok(Indexed { value: None, index })
+                } else {
+                    Err(e)
+                }
+            }
+            _ => Err(Self::error(resp, url).await),
+        }
+    }
+
+    async fn get_list<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        extra: &[(&str, &str)],
+        opts: ReadOptions,
+    ) -> Result<Indexed<T>, ClientError> {
+        let r = self.get::<T>(path, extra, opts).await?;
+        match r.value {
+            Some(value) => Ok(Indexed {
+                value,
+                index: r.index,
+            }),
+            None => Err(ClientError::Decode {
+                url: format!("{}{path}", self.base),
+                reason: "404 for a list".into(),
+            }),
+        }
+    }
+
+    /// `GET /v1/nodes`.
+    pub async fn nodes(&self, opts: ReadOptions) -> Result<Indexed<Vec<Node>>, ClientError> {
+        self.get_list("/v1/nodes", &[], opts).await
+    }
+
+    /// `GET /v1/node/<id>`.
+    pub async fn node(
+        &self,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<Node>>, ClientError> {
+        self.get(&format!("/v1/node/{}", path_segment(id)), &[], opts)
+            .await
+    }
+
+    /// `GET /v1/node/<id>/allocations`.
+    pub async fn node_allocations(
+        &self,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<Vec<Allocation>>>, ClientError> {
+        self.get(
+            &format!("/v1/node/{}/allocations", path_segment(id)),
+            &[],
+            opts,
+        )
+        .await
+    }
+
+    /// `GET /v1/allocation/<id>`.
+    pub async fn allocation(
+        &self,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<Allocation>>, ClientError> {
+        self.get(&format!("/v1/allocation/{}", path_segment(id)), &[], opts)
+            .await
+    }
+
+    /// `GET /v1/plugins`.
+    pub async fn plugins(
+        &self,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Vec<PluginListStub>>, ClientError> {
+        self.get_list("/v1/plugins", &[], opts).await
+    }
+
+    /// `GET /v1/plugin/csi/<id>`: the plugin with its allocations filled in.
+    pub async fn plugin(
+        &self,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<CsiPlugin>>, ClientError> {
+        self.get(&format!("/v1/plugin/csi/{}", path_segment(id)), &[], opts)
+            .await
+    }
+
+    /// `GET /v1/volumes?namespace=&prefix=` (every namespace when `namespace` is
+    /// `None`): denormalized, secrets redacted.
+    pub async fn volumes(
+        &self,
+        namespace: Option<&str>,
+        prefix: Option<&str>,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Vec<CsiVolume>>, ClientError> {
+        let mut extra = Vec::new();
+        if let Some(ns) = namespace {
+            extra.push(("namespace", ns));
+        }
+        if let Some(p) = prefix {
+            extra.push(("prefix", p));
+        }
+        self.get_list("/v1/volumes", &extra, opts).await
+    }
+
+    /// `GET /v1/volume/csi/<id>?namespace=`: denormalized, secrets redacted.
+    pub async fn volume(
+        &self,
+        namespace: &str,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<CsiVolume>>, ClientError> {
+        self.get(
+            &format!("/v1/volume/csi/{}", path_segment(id)),
+            &[("namespace", namespace)],
+            opts,
+        )
+        .await
+    }
+
+    /// `POST /v1/commands`: proposes `command`, answers its index once it committed
+    /// and the answering server applied it.
+    ///
+    /// # Errors
+    /// [`ClientError::Api`] with status 409 and the rule's kind for a refused command;
+    /// 503 without a leader; [`ClientError::changed_nothing`] says whether a retry is
+    /// safe.
+    pub async fn apply(&self, command: &Command) -> Result<u64, ClientError> {
+        let body = serde_json::to_vec(command).map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        self.post_json("/v1/commands", body)
+            .await
+            .map(|w: WriteResponse| w.index)
+    }
+
+    async fn post_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<T, ClientError> {
+        let req = self
+            .request(reqwest::Method::POST, path)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let (resp, url) = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        Self::body(resp, &url).await
+    }
+
+    /// `GET /v1/status/leader`: the leader's address, if the server knows one.
+    pub async fn leader(&self) -> Result<Option<String>, ClientError> {
+        let (resp, url) = self
+            .send(self.request(reqwest::Method::GET, "/v1/status/leader"))
+            .await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        let s: String = Self::body(resp, &url).await?;
+        Ok((!s.is_empty()).then_some(s))
+    }
+
+    /// `GET /v1/status/peers`: the voters' addresses.
+    pub async fn peers(&self) -> Result<Vec<String>, ClientError> {
+        let r = self
+            .get_list::<Vec<String>>("/v1/status/peers", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `GET /v1/operator/raft/configuration`.
+    pub async fn raft_configuration(&self) -> Result<RaftConfiguration, ClientError> {
+        let r = self
+            .get_list::<RaftConfiguration>(
+                "/v1/operator/raft/configuration",
+                &[],
+                ReadOptions::default(),
+            )
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `POST /v1/operator/raft/peer`.
+    pub async fn change_peer(&self, change: &PeerChange) -> Result<(), ClientError> {
+        let body = serde_json::to_vec(change).map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        let _: serde_json::Value = self.post_json("/v1/operator/raft/peer", body).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/operator/snapshot`: the whole state as a snapshot file (the store's
+    /// `SCHEDSNP` format), with the index it holds. Consistent unless `stale`.
+    pub async fn snapshot(&self, stale: bool) -> Result<Indexed<Vec<u8>>, ClientError> {
+        let mut req = self.request(reqwest::Method::GET, "/v1/operator/snapshot");
+        if stale {
+            req = req.query(&[("stale", "")]);
+        }
+        let (resp, url) = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        let index = Self::index_of(&resp);
+        let bytes = resp.bytes().await.map_err(|e| ClientError::Decode {
+            url,
+            reason: e.to_string(),
+        })?;
+        Ok(Indexed {
+            value: bytes.to_vec(),
+            index,
+        })
+    }
+
+    /// `GET /v1/metrics`: Prometheus text.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let (resp, url) = self
+            .send(self.request(reqwest::Method::GET, "/v1/metrics"))
+            .await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        resp.text().await.map_err(|e| ClientError::Decode {
+            url,
+            reason: e.to_string(),
+        })
+    }
+}

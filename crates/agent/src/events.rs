@@ -1,0 +1,232 @@
+//! The event stream's memory: the change sets of the last committed writes, so that a
+//! client streaming `GET /v1/event/stream?index=N` gets every write after `N` that the
+//! server still holds — and is told plainly when `N` is older than that.
+//!
+//! The buffer is filled on the apply path by the server's
+//! [`ApplyObserver`](schedstate_raft::ApplyObserver) (a push of the write's
+//! [`Commit`], whose rows are shared, not copied); rows become JSON only when a stream
+//! sends them. It holds every write with an index above [`held_after`]: that starts
+//! at the index the server opened its state at, moves up as old writes are dropped
+//! (capacity), and jumps when a snapshot from the leader replaces the state (the writes
+//! it covers were never seen one by one here).
+//!
+//! [`held_after`]: EventBuffer::held_after
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use schedstate::ChangeKind;
+use schedstate::state::{Commit, Row, Table};
+use tokio::sync::watch;
+
+use crate::api::{Event, EventBatch};
+
+/// The topics of the stream, one per table, named as Nomad names them.
+pub const TOPICS: [(&str, Table); 4] = [
+    ("Node", Table::Nodes),
+    ("Allocation", Table::Allocs),
+    ("CSIPlugin", Table::CsiPlugins),
+    ("CSIVolume", Table::CsiVolumes),
+];
+
+/// A stream's filter: `Topic` or `Topic:Key` (`*` for every key); empty = everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicFilter(Vec<(Table, Option<String>)>);
+
+impl TopicFilter {
+    /// Parses one `topic=` value and adds it.
+    ///
+    /// # Errors
+    /// An unknown topic, named with the ones there are.
+    pub fn add(&mut self, spec: &str) -> Result<(), String> {
+        let (name, key) = match spec.split_once(':') {
+            Some((n, "*")) => (n, None),
+            Some((n, k)) => (n, Some(k.to_string())),
+            None => (spec, None),
+        };
+        if name == "*" {
+            self.0.extend(TOPICS.iter().map(|(_, t)| (*t, key.clone())));
+            return Ok(());
+        }
+        let table = TOPICS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| {
+                let names: Vec<&str> = TOPICS.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "unknown topic {name:?} (topics: {}, or *)",
+                    names.join(", ")
+                )
+            })?;
+        self.0.push((table, key));
+        Ok(())
+    }
+
+    fn matches(&self, table: Table, key: &str) -> bool {
+        self.0.is_empty()
+            || self
+                .0
+                .iter()
+                .any(|(t, k)| *t == table && k.as_deref().is_none_or(|k| k == key))
+    }
+}
+
+fn topic(table: Table) -> &'static str {
+    TOPICS
+        .iter()
+        .find(|(_, t)| *t == table)
+        .map_or("Unknown", |(n, _)| n)
+}
+
+/// The key and namespace of a row.
+fn identity(row: &Row) -> (String, String) {
+    match row {
+        Row::Node(n) => (n.id.to_string(), String::new()),
+        Row::Alloc(a) => (a.id.to_string(), a.namespace.to_string()),
+        Row::CsiPlugin(p) => (p.id.to_string(), String::new()),
+        Row::CsiVolume(v) => (v.id.to_string(), v.namespace.to_string()),
+    }
+}
+
+fn payload(row: &Row) -> serde_json::Value {
+    let value = match row {
+        Row::Node(n) => serde_json::to_value(&**n),
+        Row::Alloc(a) => serde_json::to_value(&**a),
+        Row::CsiPlugin(p) => serde_json::to_value(&**p),
+        Row::CsiVolume(v) => {
+            let mut v = (**v).clone();
+            crate::http::redact(&mut v);
+            serde_json::to_value(&v)
+        }
+    };
+    value.unwrap_or(serde_json::Value::Null)
+}
+
+/// The events of `commit` that pass `filter`.
+pub fn events_of(commit: &Commit, filter: &TopicFilter) -> Vec<Event> {
+    let index = commit.index();
+    commit
+        .changes()
+        .filter_map(|change| {
+            let (kind, row) = match change.kind() {
+                ChangeKind::Delete => ("Deleted", change.before()?),
+                _ => ("Upserted", change.after()?),
+            };
+            let (key, namespace) = identity(&row);
+            if !filter.matches(change.table(), &key) {
+                return None;
+            }
+            Some(Event {
+                topic: topic(change.table()).to_string(),
+                kind: kind.to_string(),
+                key,
+                namespace,
+                index,
+                payload: payload(&row),
+            })
+        })
+        .collect()
+}
+
+struct Held {
+    held_after: u64,
+    writes: VecDeque<Commit>,
+}
+
+/// The last committed writes of one server.
+pub struct EventBuffer {
+    capacity: usize,
+    held: Mutex<Held>,
+    /// The newest index pushed (or jumped to), for streams waiting for more.
+    newest: watch::Sender<u64>,
+}
+
+/// What a stream asking for the writes after `after` gets.
+#[derive(Debug)]
+pub enum Since {
+    /// The writes (possibly none yet) and the index to ask after next time.
+    Writes(Vec<Commit>, u64),
+    /// `after` is older than what is held: the first index that can be asked for.
+    Compacted {
+        /// The oldest `index=` that is still answered.
+        held_after: u64,
+    },
+}
+
+impl EventBuffer {
+    /// A buffer keeping the last `capacity` writes.
+    pub fn new(capacity: usize) -> Arc<EventBuffer> {
+        Arc::new(EventBuffer {
+            capacity: capacity.max(1),
+            held: Mutex::new(Held {
+                held_after: 0,
+                writes: VecDeque::new(),
+            }),
+            newest: watch::channel(0).0,
+        })
+    }
+
+    /// Every write above this index is held.
+    pub fn held_after(&self) -> u64 {
+        self.held.lock().held_after
+    }
+
+    /// The state was opened or replaced at `index`: nothing before it is known.
+    pub fn reset(&self, index: u64) {
+        let mut h = self.held.lock();
+        h.writes.clear();
+        h.held_after = index;
+        drop(h);
+        self.newest.send_replace(index);
+    }
+
+    /// A write committed.
+    pub fn push(&self, commit: Commit) {
+        let index = commit.index();
+        let mut h = self.held.lock();
+        if h.writes.len() == self.capacity
+            && let Some(old) = h.writes.pop_front()
+        {
+            h.held_after = old.index();
+        }
+        h.writes.push_back(commit);
+        drop(h);
+        self.newest.send_replace(index);
+    }
+
+    /// The held writes after `after`, at most `limit` of them.
+    pub fn since(&self, after: u64, limit: usize) -> Since {
+        let h = self.held.lock();
+        if after < h.held_after {
+            return Since::Compacted {
+                held_after: h.held_after,
+            };
+        }
+        let start = h.writes.partition_point(|c| c.index() <= after);
+        let writes: Vec<Commit> = h.writes.range(start..).take(limit).cloned().collect();
+        let next = writes.last().map_or(after, Commit::index);
+        Since::Writes(writes, next)
+    }
+
+    /// A receiver told whenever a write is pushed or the buffer jumps.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.newest.subscribe()
+    }
+
+    /// The streamed line of `commit` under `filter`, or `None` if nothing in it passes.
+    pub fn line(commit: &Commit, filter: &TopicFilter) -> Option<Vec<u8>> {
+        let events = events_of(commit, filter);
+        if events.is_empty() {
+            return None;
+        }
+        let mut line = serde_json::to_vec(&EventBatch {
+            index: commit.index(),
+            events,
+        })
+        .ok()?;
+        line.push(b'\n');
+        Some(line)
+    }
+}

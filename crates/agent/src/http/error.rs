@@ -1,0 +1,125 @@
+//! [`ApiError`]: every error answer — a status and a JSON [`ErrorBody`] with a stable
+//! kind — and how the store's and Raft's errors map to them.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use schedstate_raft::{ClusterError, ProposeError};
+
+use crate::api::ErrorBody;
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The body.
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    /// An error with `status`, `kind` and `message`.
+    pub fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: ErrorBody {
+                kind: kind.to_string(),
+                message: message.into(),
+                index: None,
+            },
+        }
+    }
+
+    /// 400: the request itself is wrong (a query parameter, the body).
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    /// 404 for a row that does not exist (`NodeNotFound`, …).
+    pub fn not_found(kind: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, kind, message)
+    }
+
+    /// 503: no leader is known.
+    pub fn no_leader() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NoLeader",
+            "no cluster leader: the servers are electing one or too few are up",
+        )
+    }
+}
+
+impl From<ProposeError> for ApiError {
+    fn from(e: ProposeError) -> Self {
+        let message = e.to_string();
+        match e {
+            ProposeError::Refused { index, error } => ApiError {
+                status: StatusCode::CONFLICT,
+                body: ErrorBody {
+                    kind: error.kind().to_string(),
+                    message: error.to_string(),
+                    index: Some(index),
+                },
+            },
+            ProposeError::RefusedRemotely {
+                index,
+                kind,
+                message,
+            } => ApiError {
+                status: StatusCode::CONFLICT,
+                body: ErrorBody {
+                    kind,
+                    message,
+                    index: Some(index),
+                },
+            },
+            ProposeError::NotLeader { leader: None, .. } => ApiError::no_leader(),
+            ProposeError::NotLeader { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "NotLeader",
+                format!("{message}; the outcome is unknown: read before retrying"),
+            ),
+            ProposeError::Unavailable(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!("{message}; the outcome is unknown: read before retrying"),
+            ),
+            ProposeError::Stopped => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ShuttingDown",
+                "the server is shutting down",
+            ),
+        }
+    }
+}
+
+impl From<ClusterError> for ApiError {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::NotLeader { leader: None, .. } => ApiError::no_leader(),
+            ClusterError::NotLeader { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "NotLeader", e.to_string())
+            }
+            ClusterError::Unavailable(why) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", why)
+            }
+            ClusterError::Stopped => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ShuttingDown",
+                "the server is shutting down",
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.body).unwrap_or_default();
+        (
+            self.status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,153 @@
+//! Two guards in front of the handlers.
+//!
+//! - [`token`]: with `--token`, a request without `Authorization: Bearer <token>` is
+//!   401, with another token 403 — before anything runs, Raft RPCs included.
+//! - [`consistent`]: a read without `?stale` is answered by the leader after it
+//!   confirmed its leadership with a quorum (openraft's read index); a follower
+//!   proxies it to the leader (once: a proxied request that lands on a non-leader is
+//!   503, never proxied again), as Nomad forwards non-stale reads.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use super::error::ApiError;
+use super::{AppState, Shared};
+
+/// Marks a request a follower proxied to the leader.
+const PROXIED_HEADER: &str = "X-Schedstate-Proxied";
+
+pub(crate) async fn token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = &st.token else {
+        return next.run(req).await;
+    };
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        None => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "this agent needs a token: send Authorization: Bearer <token>",
+        )
+        .into_response(),
+        Some(t) if bool::from(t.as_bytes().ct_eq(expected.as_bytes())) => next.run(req).await,
+        Some(_) => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            "the token is not this agent's",
+        )
+        .into_response(),
+    }
+}
+
+fn is_stale(req: &Request) -> bool {
+    req.uri().query().is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "stale" && v != "false" && v != "0")
+    })
+}
+
+pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    if is_stale(&req) {
+        return next.run(req).await;
+    }
+    if st.server.is_leader() {
+        return match st.server.read_consistent().await {
+            Ok(_) => next.run(req).await,
+            Err(e) => ApiError::from(e).into_response(),
+        };
+    }
+    if req.headers().contains_key(PROXIED_HEADER) {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NotLeader",
+            "proxied to a server that is no longer the leader; retry",
+        )
+        .into_response();
+    }
+    let leader = match st.server.leader_node().await {
+        Some(l) => Some(l),
+        None => {
+            // An election may be under way: give it a moment.
+            let _ = st
+                .server
+                .wait_for_leader(std::time::Duration::from_secs(3))
+                .await;
+            st.server.leader_node().await
+        }
+    };
+    match leader {
+        Some((id, _)) if id == st.server.id() => next.run(req).await,
+        Some((_, addr)) if !addr.is_empty() => proxy(&st, &addr, req).await,
+        _ => ApiError::no_leader().into_response(),
+    }
+}
+
+/// Sends `req` to the leader at `addr` and relays its answer.
+async fn proxy(st: &Shared, addr: &str, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let body = match axum::body::to_bytes(body, crate::api::MAX_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string())
+                .into_response();
+        }
+    };
+    let mut out = st
+        .proxy
+        .request(parts.method.clone(), format!("http://{addr}{path}"))
+        .header(PROXIED_HEADER, "1")
+        .body(body);
+    for name in [header::AUTHORIZATION, header::CONTENT_TYPE] {
+        if let Some(v) = parts.headers.get(&name) {
+            out = out.header(name, v);
+        }
+    }
+    let answer = match out.send().await {
+        Ok(a) => a,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!("the leader at {addr} did not answer: {e}"),
+            )
+            .into_response();
+        }
+    };
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let bytes = match answer.bytes().await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!("the leader at {addr} broke off its answer: {e}"),
+            )
+            .into_response();
+        }
+    };
+    let mut resp = Response::new(Body::from(bytes));
+    *resp.status_mut() = status;
+    for (name, value) in &headers {
+        let keep = name == header::CONTENT_TYPE || name.as_str().starts_with("x-");
+        if keep {
+            resp.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    resp.headers_mut().insert(
+        "X-Schedstate-Answered-By",
+        HeaderValue::from_str(addr).unwrap_or(HeaderValue::from_static("leader")),
+    );
+    resp
+}

@@ -1,0 +1,148 @@
+//! `GET /v1/event/stream?index=N&topic=T[:key]`: the committed writes after `N`, one
+//! JSON line each ([`EventBatch`](crate::api::EventBatch)), then new ones as they
+//! commit, with `{}` heartbeats while idle. Served from this server's buffer (a
+//! follower streams what it applied). An `N` older than the buffer is 410
+//! `IndexCompacted` before the stream starts; a client that falls that far behind
+//! mid-stream gets one `{"error": …}` line and the stream ends.
+
+use std::collections::VecDeque;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+
+use super::error::ApiError;
+use super::{AppState, query, with_index};
+use crate::api::ErrorBody;
+use crate::events::{EventBuffer, Since, TopicFilter};
+
+/// At most this many writes are taken from the buffer per lock.
+const BATCH: usize = 256;
+
+struct Open {
+    st: AppState,
+    cursor: u64,
+    filter: TopicFilter,
+    newest: tokio::sync::watch::Receiver<u64>,
+    pending: VecDeque<Bytes>,
+    done: bool,
+}
+
+impl Open {
+    fn new(st: AppState, cursor: u64, filter: TopicFilter) -> Open {
+        st.metrics.event_streams.inc();
+        let newest = st.events.subscribe();
+        Open {
+            st,
+            cursor,
+            filter,
+            newest,
+            pending: VecDeque::new(),
+            done: false,
+        }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.st.metrics.event_streams.dec();
+    }
+}
+
+fn compacted(after: u64, held_after: u64) -> ErrorBody {
+    ErrorBody {
+        kind: "IndexCompacted".into(),
+        message: format!(
+            "index {after} is older than what this server holds (writes after {held_after}): \
+             read the state, then stream from its index"
+        ),
+        index: Some(held_after),
+    }
+}
+
+async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallible>, Open)> {
+    loop {
+        if let Some(b) = s.pending.pop_front() {
+            return Some((Ok(b), s));
+        }
+        if s.done {
+            return None;
+        }
+        s.newest.mark_unchanged();
+        match s.st.events.since(s.cursor, BATCH) {
+            Since::Compacted { held_after } => {
+                let mut line = serde_json::to_vec(
+                    &serde_json::json!({ "error": compacted(s.cursor, held_after) }),
+                )
+                .unwrap_or_default();
+                line.push(b'\n');
+                s.pending.push_back(Bytes::from(line));
+                s.done = true;
+            }
+            Since::Writes(writes, next) if !writes.is_empty() => {
+                s.cursor = next;
+                for w in &writes {
+                    if let Some(line) = EventBuffer::line(w, &s.filter) {
+                        s.pending.push_back(Bytes::from(line));
+                    }
+                }
+            }
+            Since::Writes(..) => {
+                let heartbeat = s.st.heartbeat;
+                let mut stopping = s.st.stopping.clone();
+                tokio::select! {
+                    changed = s.newest.changed() => {
+                        if changed.is_err() {
+                            s.done = true;
+                        }
+                    }
+                    () = tokio::time::sleep(heartbeat) => {
+                        s.pending.push_back(Bytes::from_static(b"{}\n"));
+                    }
+                    _ = stopping.wait_for(|v| *v) => s.done = true,
+                }
+            }
+        }
+    }
+}
+
+pub(crate) async fn events(State(st): State<AppState>, RawQuery(q): RawQuery) -> Response {
+    let p = match query::parse(q.as_deref(), &["index", "topic"]) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let mut filter = TopicFilter::default();
+    for t in &p.topics {
+        if let Err(why) = filter.add(t) {
+            return ApiError::bad_request(format!("topic={t:?}: {why}")).into_response();
+        }
+    }
+    // Without an index, the stream starts with the next write.
+    let has_index = q
+        .as_deref()
+        .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "index"));
+    let cursor = if has_index {
+        p.index
+    } else {
+        *st.events.subscribe().borrow()
+    };
+    let held_after = st.events.held_after();
+    if cursor < held_after {
+        let body = compacted(cursor, held_after);
+        return ApiError {
+            status: StatusCode::GONE,
+            body,
+        }
+        .into_response();
+    }
+    let open = Open::new(st.clone(), cursor, filter);
+    let mut resp = Response::new(Body::from_stream(stream::unfold(open, next_chunk)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/x-ndjson"),
+    );
+    with_index(&st, &mut resp, cursor);
+    resp
+}

@@ -1,0 +1,46 @@
+//! The schedstate agent: a server process holding one replica of the state, serving a
+//! Nomad-style HTTP API, talking Raft to the other agents over the same port.
+//!
+//! ```text
+//!            HTTP :4646 (one port)                    the other agents
+//!   ┌──────────────────────────────────────┐       ▲
+//!   │ guard: token → consistency (leader   │       │ POST /v1/raft/rpc
+//!   │ check, or proxy to the leader)       │       │ (postcard RpcRequest)
+//!   ├──────────┬──────────┬────────┬───────┤       │
+//!   │ reads    │ writes   │ events │ ops   │  ── HttpTransport ──┘
+//!   │ blocking │ propose_ │ stream │ status│
+//!   │ queries  │ or_fwd   │        │ raft  │
+//!   └────┬─────┴────┬─────┴───┬────┴───────┘
+//!        │          │         │ EventBuffer ◄── ApplyObserver (apply path)
+//!        ▼          ▼         │ Metrics     ◄──┘
+//!   schedstate_raft::Server (log on disk, state machine = StateStore)
+//! ```
+//!
+//! - [`Agent`] runs one server: [`Agent::start`] with an [`AgentConfig`], then
+//!   [`Agent::shutdown`]. `schedstate agent` (the CLI) is this plus signals and logs.
+//! - The API (paths after Nomad's): reads of nodes, allocations, plugins and volumes,
+//!   all blocking queries (`?index=&wait=`) answered with `X-Schedstate-Index` (and
+//!   `X-Nomad-Index`); consistent unless `?stale`. `POST /v1/commands` takes one
+//!   [`Command`](schedstate::state::Command) as JSON. `GET /v1/event/stream` streams
+//!   committed writes as JSON lines. Status, Raft configuration, peers, snapshot and
+//!   Prometheus metrics under `/v1/status`, `/v1/operator`, `/v1/metrics`. Shapes
+//!   beyond the model's own rows are in [`api`].
+//! - [`Client`] is the same API from Rust.
+//!
+//! Nothing here changes the rules or the replication: the store and `schedstate-raft`
+//! do that; this crate is transport, process and presentation.
+
+mod agent;
+pub mod api;
+mod client;
+mod config;
+mod events;
+mod http;
+mod metrics;
+mod transport;
+
+pub use agent::{Agent, AgentError};
+pub use client::{Client, ClientError, Indexed, ReadOptions};
+pub use config::{AgentConfig, ConfigError, Peers};
+pub use events::TopicFilter;
+pub use transport::{HttpTransport, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH};

@@ -1,0 +1,207 @@
+//! `GET /v1/metrics`: the agent's numbers in Prometheus text format
+//! (prometheus-client). Counters the agent keeps itself (applies, refusals, leader
+//! changes, an apply-latency histogram) live here; numbers owned elsewhere (the Raft
+//! log's fsyncs, the term, the applied index) are read when scraped.
+
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use schedstate_raft::Server;
+
+/// The agent's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Log entries with commands applied on this server.
+    pub entries_applied: Counter,
+    /// Commands accepted by the rules.
+    pub commands_accepted: Counter,
+    /// Commands refused by the rules (committed as no-ops).
+    pub commands_refused: Counter,
+    /// Seconds to apply one entry.
+    pub apply_seconds: Histogram,
+    /// Leader changes this server saw.
+    pub leader_changes: Counter,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: Counter,
+    /// Blocking queries waiting now.
+    pub blocking_waiting: Gauge,
+    /// Event streams open now.
+    pub event_streams: Gauge,
+    // Read at scrape time.
+    log_appends: Counter,
+    log_entries: Counter,
+    log_fsyncs: Counter,
+    log_bytes: Gauge,
+    log_held_entries: Gauge,
+    last_applied: Gauge,
+    term: Gauge,
+    is_leader: Gauge,
+}
+
+impl Metrics {
+    /// Every metric at zero.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("schedstate");
+        let m = Metrics {
+            entries_applied: Counter::default(),
+            commands_accepted: Counter::default(),
+            commands_refused: Counter::default(),
+            // 10 µs … ~84 ms.
+            apply_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 14)),
+            leader_changes: Counter::default(),
+            snapshots_installed: Counter::default(),
+            blocking_waiting: Gauge::default(),
+            event_streams: Gauge::default(),
+            log_appends: Counter::default(),
+            log_entries: Counter::default(),
+            log_fsyncs: Counter::default(),
+            log_bytes: Gauge::default(),
+            log_held_entries: Gauge::default(),
+            last_applied: Gauge::default(),
+            term: Gauge::default(),
+            is_leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "entries_applied",
+            "Raft log entries with commands applied on this server",
+            m.entries_applied.clone(),
+        );
+        r.register(
+            "commands_accepted",
+            "Commands the rules accepted",
+            m.commands_accepted.clone(),
+        );
+        r.register(
+            "commands_refused",
+            "Commands the rules refused (committed as no-ops)",
+            m.commands_refused.clone(),
+        );
+        r.register(
+            "apply_seconds",
+            "Time to apply one log entry to the store",
+            m.apply_seconds.clone(),
+        );
+        r.register(
+            "leader_changes",
+            "Leader changes seen by this server",
+            m.leader_changes.clone(),
+        );
+        r.register(
+            "snapshots_installed",
+            "Snapshots installed from a leader",
+            m.snapshots_installed.clone(),
+        );
+        r.register(
+            "blocking_queries_waiting",
+            "Blocking queries waiting for a change",
+            m.blocking_waiting.clone(),
+        );
+        r.register(
+            "event_streams",
+            "Open event streams",
+            m.event_streams.clone(),
+        );
+        r.register(
+            "raft_log_appends",
+            "Appends to the Raft log (each a batch of entries)",
+            m.log_appends.clone(),
+        );
+        r.register(
+            "raft_log_entries_appended",
+            "Entries appended to the Raft log",
+            m.log_entries.clone(),
+        );
+        r.register(
+            "raft_log_fsyncs",
+            "fsyncs of the Raft log",
+            m.log_fsyncs.clone(),
+        );
+        r.register(
+            "raft_log_bytes",
+            "Bytes of Raft log segments on disk",
+            m.log_bytes.clone(),
+        );
+        r.register(
+            "raft_log_held_entries",
+            "Entries in the Raft log (after the purge point)",
+            m.log_held_entries.clone(),
+        );
+        r.register(
+            "last_applied_index",
+            "The last log index applied to the store",
+            m.last_applied.clone(),
+        );
+        r.register("raft_term", "The current Raft term", m.term.clone());
+        r.register(
+            "raft_is_leader",
+            "1 on the leader, 0 elsewhere",
+            m.is_leader.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition, with the scraped-at-read numbers brought up to date.
+    pub fn render(&self, server: &Server) -> String {
+        let stats = server.log_stats();
+        catch_up(&self.log_appends, stats.appends);
+        catch_up(&self.log_entries, stats.entries);
+        catch_up(&self.log_fsyncs, stats.fsyncs);
+        self.log_bytes.set(log_bytes(server.dir()));
+        let m = server.raft().metrics().borrow().clone();
+        let last = m.last_log_index.unwrap_or(0);
+        let purged = m.purged.map_or(0, |p| p.index + 1);
+        self.log_held_entries
+            .set(gauge(last.saturating_add(1).saturating_sub(purged)));
+        self.last_applied.set(gauge(server.last_applied()));
+        self.term.set(gauge(m.current_term));
+        self.is_leader
+            .set(i64::from(m.current_leader == Some(server.id())));
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+fn gauge(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Brings a counter mirroring a monotonic source up to `now`.
+fn catch_up(counter: &Counter<u64, AtomicU64>, now: u64) {
+    let have = counter.get();
+    if now > have {
+        counter.inc_by(now - have);
+    }
+}
+
+/// The size of the Raft log segments (`raft-<seq>.log`) in `dir`.
+fn log_bytes(dir: &Path) -> i64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let total: u64 = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("raft-") && name.ends_with(".log")
+        })
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    gauge(total)
+}

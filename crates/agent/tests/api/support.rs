@@ -1,0 +1,138 @@
+//! Agents in this process on OS-picked loopback ports, and requests to them.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use schedstate::model::{Allocation, ClientStatus, CsiInfo, CsiNodeInfo, DesiredStatus, Id, Node};
+use schedstate_agent::{Agent, AgentConfig, Client, Peers};
+use tempfile::TempDir;
+
+/// Every wait in these tests: generous, for a loaded machine.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Free loopback ports (bound, then released for the agents to take).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("its address").port())
+        .collect()
+}
+
+/// A cluster of agents in this process, each on its own directory.
+pub struct Agents {
+    pub dir: TempDir,
+    pub agents: Vec<Option<Agent>>,
+    pub ports: Vec<u16>,
+    pub token: Option<String>,
+}
+
+impl Agents {
+    pub fn peers(&self) -> Peers {
+        let list: Vec<String> = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+            .collect();
+        list.join(",").parse().expect("peers")
+    }
+
+    pub fn config(&self, i: usize) -> AgentConfig {
+        let addr: SocketAddr = format!("127.0.0.1:{}", self.ports[i])
+            .parse()
+            .expect("addr");
+        let mut c = AgentConfig::new(
+            i as u64 + 1,
+            addr,
+            self.dir.path().join(format!("a{}", i + 1)),
+            self.peers(),
+        );
+        c.token = self.token.clone();
+        c.event_heartbeat = Duration::from_millis(200);
+        c.event_buffer = 64;
+        c
+    }
+
+    /// Starts `n` agents and waits for a leader.
+    pub async fn start(n: usize, token: Option<&str>) -> Agents {
+        let mut a = Agents {
+            dir: tempfile::tempdir().expect("tempdir"),
+            agents: Vec::new(),
+            ports: free_ports(n),
+            token: token.map(str::to_string),
+        };
+        for i in 0..n {
+            let agent = Agent::start(a.config(i)).await.expect("agent starts");
+            a.agents.push(Some(agent));
+        }
+        a.wait_leader().await;
+        a
+    }
+
+    pub fn client(&self, i: usize) -> Client {
+        Client::new(
+            &format!("http://127.0.0.1:{}", self.ports[i]),
+            self.token.clone(),
+        )
+        .expect("client")
+    }
+
+    pub fn url(&self, i: usize, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports[i])
+    }
+
+    /// Waits until every running agent knows the same leader; returns its position.
+    pub async fn wait_leader(&self) -> usize {
+        let start = Instant::now();
+        loop {
+            let leaders: Vec<Option<u64>> = self
+                .agents
+                .iter()
+                .flatten()
+                .map(|a| a.server().leader())
+                .collect();
+            if let Some(Some(l)) = leaders.first()
+                && leaders.iter().all(|x| *x == Some(*l))
+                && self.agents[*l as usize - 1].is_some()
+            {
+                return *l as usize - 1;
+            }
+            assert!(start.elapsed() < DEADLINE, "no leader: {leaders:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        for a in self.agents.iter_mut() {
+            if let Some(a) = a.take() {
+                a.shutdown().await;
+            }
+        }
+    }
+}
+
+/// A node with a node instance of `plugin` (and its alloc id).
+pub fn node(id: &str, plugin: &str) -> Node {
+    let mut n = Node::new(id, format!("host-{id}"));
+    n.add_csi_plugin(
+        CsiInfo::node_instance(plugin, format!("alloc-{id}"), CsiNodeInfo::default())
+            .with_provider("ebs.csi.aws.com", "1.25.0"),
+    );
+    n
+}
+
+/// A running allocation on `node_id`.
+pub fn alloc(id: &str, node_id: &str) -> Allocation {
+    Allocation {
+        id: Id::from(id),
+        namespace: Id::from("default"),
+        job_id: Id::from("job"),
+        task_group: "group".into(),
+        node_id: Id::from(node_id),
+        desired_status: DesiredStatus::Run,
+        client_status: ClientStatus::Running,
+        ..Default::default()
+    }
+}
