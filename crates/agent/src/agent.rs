@@ -280,7 +280,7 @@ async fn bootstrap(server: Server, config: AgentConfig, mut stopping: watch::Rec
                 Ok(r) if r.status().is_success() => r.bytes().await.ok(),
                 _ => None,
             };
-            match answer.and_then(|b| serde_json::from_slice::<http::AgentSelf>(&b).ok()) {
+            match answer.and_then(|b| serde_json::from_slice::<crate::api::AgentSelf>(&b).ok()) {
                 Some(peer) if !peer.fresh => {
                     tracing::info!(peer = id, "a peer has state: waiting to be contacted");
                     return;

@@ -1,6 +1,11 @@
 //! The JSON shapes of the HTTP API beyond the model's own rows (which travel as the
 //! `schedstate::model` types serialize): list stubs, write answers, errors, the Raft
 //! configuration. Shared by the server and the [`Client`](crate::Client).
+//!
+//! Lists come in the store's key order, which is part of the API: nodes, plugins and
+//! a node's allocations by id; volumes by (namespace, id) — also with `prefix=` and
+//! no namespace. Rows are the model's serde forms (snake_case fields); volumes' secret
+//! values are always `"<redacted>"`.
 
 use schedstate::model::CsiPlugin;
 use serde::{Deserialize, Serialize};
@@ -148,4 +153,19 @@ pub struct Event {
     pub index: u64,
     /// The row after the write (before it, for `Deleted`), as stored.
     pub payload: serde_json::Value,
+}
+
+/// `GET /v1/agent/self`: the answering server's own view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSelf {
+    /// The server's id.
+    pub id: u64,
+    /// Whether it has never been part of a cluster (no membership, no log, no vote).
+    pub fresh: bool,
+    /// The leader it knows of.
+    pub leader: Option<u64>,
+    /// Its current term.
+    pub term: u64,
+    /// The last log index applied to its store.
+    pub last_applied: u64,
 }

@@ -9,7 +9,8 @@ use schedstate::state::Command;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    ErrorBody, INDEX_HEADER, PeerChange, PluginListStub, RaftConfiguration, WriteResponse,
+    AgentSelf, ErrorBody, INDEX_HEADER, PeerChange, PluginListStub, RaftConfiguration,
+    WriteResponse,
 };
 
 /// Why a request to an agent failed.
@@ -25,10 +26,12 @@ pub enum ClientError {
     },
     /// No answer (connection refused or reset, timeout). For a write, the outcome is
     /// unknown: read before retrying.
-    #[error("no answer from {url}: {source}")]
+    #[error("no answer from {url}: {cause}")]
     Transport {
         /// The request's URL.
         url: String,
+        /// The innermost cause, for a person (`Connection refused (os error 111)`).
+        cause: String,
         /// The HTTP client's error.
         #[source]
         source: reqwest::Error,
@@ -161,6 +164,34 @@ pub struct Client {
     token: Option<String>,
 }
 
+/// The innermost error under `e`: reqwest's own message ("error sending request")
+/// hides what happened.
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    if e.is_timeout() {
+        format!("timed out ({cause})")
+    } else {
+        cause.to_string()
+    }
+}
+
+/// How long a request may take: a blocking read its wait (plus the server's jitter
+/// of up to 1/16) and a margin; anything else a minute (a write during an election
+/// waits for the new leader).
+fn request_timeout(opts: Option<&ReadOptions>) -> Duration {
+    const MARGIN: Duration = Duration::from_secs(5);
+    match opts {
+        Some(o) if o.index > 0 => {
+            let wait = o.wait.unwrap_or(Duration::from_secs(300));
+            wait + wait / 16 + MARGIN
+        }
+        _ => Duration::from_secs(60),
+    }
+}
+
 fn path_segment(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes())
         .collect::<String>()
@@ -206,7 +237,10 @@ impl Client {
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .timeout(request_timeout(None));
         if let Some(t) = &self.token {
             r = r.bearer_auth(t);
         }
@@ -228,6 +262,7 @@ impl Client {
             .await
             .map_err(|source| ClientError::Transport {
                 url: url.clone(),
+                cause: root_cause(&source),
                 source,
             })?;
         Ok((resp, url))
@@ -285,7 +320,10 @@ impl Client {
     ) -> Result<Indexed<Option<T>>, ClientError> {
         let mut q: Vec<(&str, String)> = opts.query();
         q.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-        let req = self.request(reqwest::Method::GET, path).query(&q);
+        let req = self
+            .request(reqwest::Method::GET, path)
+            .query(&q)
+            .timeout(request_timeout(Some(&opts)));
         let (resp, url) = self.send(req).await?;
         let index = Self::index_of(&resp);
         match resp.status() {
@@ -511,6 +549,14 @@ impl Client {
             value: bytes.to_vec(),
             index,
         })
+    }
+
+    /// `GET /v1/agent/self`: the server's id, leader, term and last applied index.
+    pub async fn agent_self(&self) -> Result<AgentSelf, ClientError> {
+        let r = self
+            .get_list::<AgentSelf>("/v1/agent/self", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
     }
 
     /// `GET /v1/metrics`: Prometheus text.

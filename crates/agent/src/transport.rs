@@ -36,6 +36,15 @@ impl HttpTransport {
     }
 }
 
+/// The innermost cause (reqwest's own message says only "error sending request").
+fn root(e: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
 impl Transport for HttpTransport {
     async fn call(
         &self,
@@ -57,12 +66,12 @@ impl Transport for HttpTransport {
         let resp = req
             .send()
             .await
-            .map_err(|e| unreachable(format!("{addr}: {e}")))?;
+            .map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
         let status = resp.status();
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| unreachable(format!("{addr}: {e}")))?;
+            .map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
         if !status.is_success() {
             return Err(protocol(format!(
                 "{addr} answered {status}: {}",

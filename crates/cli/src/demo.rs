@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use schedstate::QueryOptions;
 use schedstate::StateReader;
+use schedstate::model::CsiPlugin;
 use schedstate::persist::{
     DurableStore, FileKind, Options, SyncPolicy, list_files, remove_data_dir,
 };
@@ -67,6 +68,31 @@ pub struct DemoArgs {
     /// When commits are made durable.
     #[arg(long, value_enum, default_value_t = SyncArg::Group)]
     pub sync: SyncArg,
+    /// Run against N `schedstate agent` processes on loopback instead of a store in
+    /// this process, through their HTTP API; kill the leader with SIGKILL halfway and
+    /// restart it (their directories go beside DIR, in DIR-cluster).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=7), conflicts_with = "sync")]
+    pub cluster: Option<u8>,
+}
+
+/// One printed wake of the watched plugin's blocking query.
+pub fn wake_line(wakes: u64, index: u64, id: &str, plugin: Option<&CsiPlugin>) -> String {
+    let what = match plugin {
+        Some(p) => format!(
+            "controllers {}/{} healthy, nodes {}/{} healthy, {} allocations",
+            p.controllers_healthy(),
+            p.controllers_expected(),
+            p.nodes_healthy(),
+            p.nodes_expected(),
+            p.allocations.len()
+        ),
+        None => "absent".to_string(),
+    };
+    format!(
+        "  wake {:>5}  index {:>7}  {id}: {what}",
+        thousands(wakes),
+        thousands(index)
+    )
 }
 
 /// Prints lines above the progress bar, or plainly when there is no bar (not a
@@ -109,29 +135,14 @@ fn watch(store: StateReader, stop: Arc<AtomicBool>, out: Printer) -> (u64, u64) 
         if due && printed < MAX_WAKE_LINES {
             printed += 1;
             last_print = Instant::now();
-            let what = match &r.value {
-                Some(p) => format!(
-                    "controllers {}/{} healthy, nodes {}/{} healthy, {} allocations",
-                    p.controllers_healthy(),
-                    p.controllers_expected(),
-                    p.nodes_healthy(),
-                    p.nodes_expected(),
-                    p.allocations.len()
-                ),
-                None => "absent".to_string(),
-            };
-            out.line(&format!(
-                "  wake {:>5}  index {:>7}  {id}: {what}",
-                thousands(wakes),
-                thousands(r.index)
-            ));
+            out.line(&wake_line(wakes, r.index, id, r.value.as_ref()));
         }
     }
     (wakes, min)
 }
 
 /// How to run this binary again, for the hints at the end.
-fn invocation() -> String {
+pub fn invocation() -> String {
     if std::env::var_os("CARGO_MANIFEST_DIR").is_some() {
         if cfg!(debug_assertions) {
             "cargo run --".into()
@@ -145,6 +156,9 @@ fn invocation() -> String {
 
 /// `demo`.
 pub fn run(args: &DemoArgs) -> Result<(), CliError> {
+    if let Some(n) = args.cluster {
+        return crate::cluster_demo::run(args, usize::from(n));
+    }
     let dir = &args.data.dir;
     if args.fresh {
         remove_data_dir(dir)?;
@@ -315,7 +329,9 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         segs,
         bytes(size)
     ));
-    text.push_str(&plugin_table(&db.snapshot().view()));
+    text.push_str(&plugin_table(&crate::source::plugin_stubs(
+        &db.snapshot().view(),
+    )));
     drop(db);
     let run = invocation();
     let d = dir.display();

@@ -4,23 +4,30 @@
 //! longer opens.
 //!
 //! Read commands load the directory with `DurableStore::open_read_only`: they take no
-//! lock and change no file, so they work while a demo is writing. Errors are one line
-//! on stderr (`error: …`) and exit code 1; usage errors are clap's (exit code 2).
+//! lock and change no file, so they work while a demo is writing. The status commands
+//! also read from a running agent instead (`--address URL` or `SCHEDSTATE_ADDR`, with
+//! `--token` or `SCHEDSTATE_TOKEN`), with the same output (`source.rs`). Errors are
+//! one line on stderr (`error: …`) and exit code 1; usage errors are clap's (exit
+//! code 2).
 
+mod agent_cmd;
+mod agents;
 mod catalog;
+mod cluster_demo;
 mod demo;
 mod inspect;
 mod output;
 mod repair_cmd;
 mod sim;
 mod snapshot_cmd;
+mod source;
 mod status;
 mod volume_status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use output::CliError;
 
@@ -61,6 +68,9 @@ enum Top {
         #[command(subcommand)]
         command: NodeCmd,
     },
+    /// Run one server of a replicated cluster: the HTTP API (blocking queries, event
+    /// stream) and Raft on one port, until SIGINT or SIGTERM.
+    Agent(agent_cmd::AgentArgs),
     /// Formats, indexes, row counts and files of a data directory.
     Inspect(inspect::InspectArgs),
     /// Cut a data directory that no longer opens (damage in its log or snapshot) back
@@ -104,6 +114,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Top::Node {
             command: NodeCmd::Status(args),
         } => status::node(&args),
+        Top::Agent(args) => agent_cmd::run(args),
         Top::Inspect(args) => inspect::run(&args),
         Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),
@@ -111,7 +122,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut command = Cli::command();
+    let matches = command.get_matches_mut();
+    source::reject_two_sources(&mut command, &matches);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -124,7 +138,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_consistent() {

@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use clap::Args;
 use schedstate::model::{AllocListStub, Allocation, CsiInfo, CsiPlugin, Node};
-use schedstate::state::StateView;
+use schedstate_agent::api::PluginListStub;
 use serde::Serialize;
 
-use crate::DataDir;
 use crate::output::{
-    CliError, align_right, emit, emit_json, key_values, open_read, ratio, render, resolve_id,
-    serde_name, table,
+    CliError, align_right, emit, emit_json, key_values, ratio, render, resolve_id, serde_name,
+    table,
 };
+use crate::source::{Source, SourceArgs};
 
 /// Arguments of `plugin status`.
 #[derive(Debug, Args)]
@@ -20,7 +20,7 @@ pub struct PluginArgs {
     /// A plugin id (or a unique prefix of one); without it, every plugin.
     pub id: Option<String>,
     #[command(flatten)]
-    pub data: DataDir,
+    pub source: SourceArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -32,38 +32,10 @@ pub struct NodeArgs {
     /// A node id (or a unique prefix of one); without it, every node.
     pub id: Option<String>,
     #[command(flatten)]
-    pub data: DataDir,
+    pub source: SourceArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// One plugin in the listing (`--json` without an id).
-#[derive(Debug, Serialize)]
-pub struct PluginRow {
-    id: String,
-    provider: String,
-    version: String,
-    controller_required: bool,
-    controllers_healthy: usize,
-    controllers_expected: usize,
-    nodes_healthy: usize,
-    nodes_expected: usize,
-}
-
-impl PluginRow {
-    fn of(p: &CsiPlugin) -> Self {
-        PluginRow {
-            id: p.id.to_string(),
-            provider: p.provider.clone(),
-            version: p.version.clone(),
-            controller_required: p.controller_required,
-            controllers_healthy: p.controllers_healthy(),
-            controllers_expected: p.controllers_expected(),
-            nodes_healthy: p.nodes_healthy(),
-            nodes_expected: p.nodes_expected(),
-        }
-    }
 }
 
 /// One plugin with its instances and allocations (`--json` with an id).
@@ -78,47 +50,41 @@ struct PluginDetail<'a> {
 }
 
 /// The plugin table: ID, Provider, Controllers and Nodes healthy/expected.
-pub fn plugin_table(v: &StateView<'_>) -> String {
+pub fn plugin_table(rows: &[PluginListStub]) -> String {
+    if rows.is_empty() {
+        return "No CSI plugins\n".to_string();
+    }
     let mut t = table([
         "ID",
         "Provider",
         "Controllers Healthy/Expected",
         "Nodes Healthy/Expected",
     ]);
-    let mut any = false;
-    for p in v.csi_plugins() {
-        any = true;
+    for p in rows {
         t.add_row(vec![
-            p.id.to_string(),
+            p.id.clone(),
             p.provider.clone(),
-            ratio(p.controllers_healthy(), p.controllers_expected()),
-            ratio(p.nodes_healthy(), p.nodes_expected()),
+            ratio(p.controllers_healthy, p.controllers_expected),
+            ratio(p.nodes_healthy, p.nodes_expected),
         ]);
-    }
-    if !any {
-        return "No CSI plugins\n".to_string();
     }
     render(&t)
 }
 
 /// `plugin status [ID]`.
 pub fn plugin(args: &PluginArgs) -> Result<(), CliError> {
-    let (store, _) = open_read(&args.data.dir)?;
-    let snap = store.snapshot();
-    let v = snap.view();
+    let source = Source::open(&args.source)?;
+    let rows = source.plugin_rows()?;
     let Some(wanted) = &args.id else {
         if args.json {
-            let rows: Vec<_> = v.csi_plugins().map(|p| PluginRow::of(&p)).collect();
             return emit_json(&rows);
         }
-        return emit(&plugin_table(&v));
+        return emit(&plugin_table(&rows));
     };
-    let ids: Vec<Arc<str>> = v.csi_plugins().map(|p| p.id.clone()).collect();
-    let id = resolve_id("plugin", wanted, ids.iter().map(|s| &**s))?;
-    let stored = v
-        .csi_plugin(&id)
+    let id = resolve_id("plugin", wanted, rows.iter().map(|p| p.id.as_str()))?;
+    let p = source
+        .plugin(&id)?
         .ok_or_else(|| crate::output::err(format!("plugin {id:?} not found")))?;
-    let p = v.denormalize_csi_plugin(&stored);
     if args.json {
         return emit_json(&PluginDetail {
             plugin: &p,
@@ -219,11 +185,9 @@ fn fingerprint_list<'a>(map: impl Iterator<Item = (&'a Arc<str>, &'a Arc<CsiInfo
 
 /// `node status [ID]`.
 pub fn node(args: &NodeArgs) -> Result<(), CliError> {
-    let (store, _) = open_read(&args.data.dir)?;
-    let snap = store.snapshot();
-    let v = snap.view();
+    let source = Source::open(&args.source)?;
+    let nodes = source.nodes()?;
     let Some(wanted) = &args.id else {
-        let nodes: Vec<Arc<Node>> = v.nodes().collect();
         if args.json {
             return emit_json(&nodes);
         }
@@ -252,13 +216,12 @@ pub fn node(args: &NodeArgs) -> Result<(), CliError> {
         }
         return emit(&render(&t));
     };
-    let ids: Vec<Arc<str>> = v.nodes().map(|n| n.id.clone()).collect();
-    let id = resolve_id("node", wanted, ids.iter().map(|s| &**s))?;
-    let n = v
-        .node(&id)
+    let id = resolve_id("node", wanted, nodes.iter().map(|n| &*n.id))?;
+    let n = source
+        .node(&id)?
         .ok_or_else(|| crate::output::err(format!("node {id:?} not found")))?;
     if args.json {
-        return emit_json(&*n);
+        return emit_json(&n);
     }
     let mut out = key_values(&[
         ("ID", n.id.to_string()),
@@ -302,7 +265,7 @@ pub fn node(args: &NodeArgs) -> Result<(), CliError> {
         out.push_str(&render(&t));
     }
     out.push_str("\nAllocations\n");
-    let allocs: Vec<Arc<Allocation>> = v.allocs_by_node(&n.id).collect();
+    let allocs: Vec<Allocation> = source.allocs_by_node(&n.id)?;
     if allocs.is_empty() {
         out.push_str("No allocations\n");
     } else {

@@ -2,12 +2,9 @@
 
 use clap::Args;
 use schedstate::model::{CsiVolume, CsiVolumeClaim};
-use schedstate::state::StateView;
 
-use crate::DataDir;
-use crate::output::{
-    CliError, emit, emit_json, err, key_values, open_read, render, serde_name, table,
-};
+use crate::output::{CliError, emit, emit_json, err, key_values, render, serde_name, table};
+use crate::source::{Source, SourceArgs};
 
 /// Arguments of `volume status`.
 #[derive(Debug, Args)]
@@ -18,29 +15,10 @@ pub struct VolumeArgs {
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
     #[command(flatten)]
-    pub data: DataDir,
+    pub source: SourceArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Secrets are never printed.
-fn redacted(mut v: CsiVolume) -> CsiVolume {
-    for value in v.secrets.values_mut() {
-        *value = "<redacted>".to_string();
-    }
-    v
-}
-
-fn volumes(v: &StateView<'_>, namespace: Option<&str>) -> Vec<CsiVolume> {
-    let stored: Vec<_> = match namespace {
-        Some(ns) => v.csi_volumes_by_prefix(ns, "").collect(),
-        None => v.csi_volumes().collect(),
-    };
-    stored
-        .iter()
-        .map(|vol| redacted(v.denormalize_csi_volume(vol)))
-        .collect()
 }
 
 /// Finds the one volume `wanted` names: an exact id, else a unique id prefix.
@@ -72,10 +50,8 @@ fn find<'a>(all: &'a [CsiVolume], wanted: &str) -> Result<&'a CsiVolume, CliErro
 
 /// `volume status [ID] [--namespace NS]`.
 pub fn volume(args: &VolumeArgs) -> Result<(), CliError> {
-    let (store, _) = open_read(&args.data.dir)?;
-    let snap = store.snapshot();
-    let v = snap.view();
-    let all = volumes(&v, args.namespace.as_deref());
+    let source = Source::open(&args.source)?;
+    let all = source.volumes(args.namespace.as_deref())?;
     let Some(wanted) = &args.id else {
         if args.json {
             return emit_json(&all);
@@ -156,11 +132,11 @@ pub fn volume(args: &VolumeArgs) -> Result<(), CliError> {
         ("Modify Index", vol.modify_index.to_string()),
     ]);
     out.push_str("\nClaims\n");
-    out.push_str(&claims_table(&v, vol));
+    out.push_str(&claims_table(&source, vol)?);
     emit(&out)
 }
 
-fn claims_table(v: &StateView<'_>, vol: &CsiVolume) -> String {
+fn claims_table(source: &Source, vol: &CsiVolume) -> Result<String, CliError> {
     let sides: [(&str, &std::collections::BTreeMap<_, CsiVolumeClaim>); 3] = [
         ("read", &vol.read_claims),
         ("write", &vol.write_claims),
@@ -179,7 +155,7 @@ fn claims_table(v: &StateView<'_>, vol: &CsiVolume) -> String {
     for (side, claims) in sides {
         for c in claims.values() {
             any = true;
-            let status = v.alloc(&c.alloc_id).map_or_else(
+            let status = source.alloc(&c.alloc_id)?.map_or_else(
                 || "gone".to_string(),
                 |a| {
                     format!(
@@ -205,9 +181,9 @@ fn claims_table(v: &StateView<'_>, vol: &CsiVolume) -> String {
             ]);
         }
     }
-    if any {
+    Ok(if any {
         render(&t)
     } else {
         "No claims\n".to_string()
-    }
+    })
 }

@@ -17,6 +17,9 @@ use subtle::ConstantTimeEq;
 use super::error::ApiError;
 use super::{AppState, Shared};
 
+/// How long a consistent read waits for the leader to confirm its leadership.
+const CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Marks a request a follower proxied to the leader.
 const PROXIED_HEADER: &str = "X-Schedstate-Proxied";
 
@@ -57,9 +60,18 @@ pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: N
         return next.run(req).await;
     }
     if st.server.is_leader() {
-        return match st.server.read_consistent().await {
-            Ok(_) => next.run(req).await,
-            Err(e) => ApiError::from(e).into_response(),
+        // openraft waits for a quorum's heartbeat answers and then for the apply;
+        // neither may hold a request forever.
+        let confirmed = tokio::time::timeout(CONFIRM_WAIT, st.server.read_consistent()).await;
+        return match confirmed {
+            Ok(Ok(_)) => next.run(req).await,
+            Ok(Err(e)) => ApiError::from(e).into_response(),
+            Err(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!("leadership not confirmed by a quorum within {CONFIRM_WAIT:?}"),
+            )
+            .into_response(),
         };
     }
     if req.headers().contains_key(PROXIED_HEADER) {
@@ -86,6 +98,15 @@ pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: N
         Some((_, addr)) if !addr.is_empty() => proxy(&st, &addr, req).await,
         _ => ApiError::no_leader().into_response(),
     }
+}
+
+/// The innermost cause of a client error (reqwest's own message hides it).
+pub(crate) fn root_cause(e: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
 }
 
 /// Sends `req` to the leader at `addr` and relays its answer.
@@ -119,7 +140,7 @@ async fn proxy(st: &Shared, addr: &str, req: Request) -> Response {
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
-                format!("the leader at {addr} did not answer: {e}"),
+                format!("the leader at {addr} did not answer: {}", root_cause(&e)),
             )
             .into_response();
         }
@@ -132,7 +153,10 @@ async fn proxy(st: &Shared, addr: &str, req: Request) -> Response {
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
-                format!("the leader at {addr} broke off its answer: {e}"),
+                format!(
+                    "the leader at {addr} broke off its answer: {}",
+                    root_cause(&e)
+                ),
             )
             .into_response();
         }

@@ -18,8 +18,6 @@ mod reads;
 mod stream;
 mod writes;
 
-pub(crate) use operator::AgentSelf;
-
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -7,11 +7,10 @@ use axum::extract::{RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use schedstate_raft::wire::{RpcRequest, answer_rpc};
-use serde::Serialize;
 
 use super::error::ApiError;
 use super::{AppState, json, query, with_index};
-use crate::api::{MAX_BODY_BYTES, PeerChange, RaftConfiguration, RaftServer};
+use crate::api::{AgentSelf, MAX_BODY_BYTES, PeerChange, RaftConfiguration, RaftServer};
 use crate::transport::RAFT_RPC_CONTENT_TYPE;
 
 /// The largest Raft RPC body (a batch of entries, a snapshot chunk).
@@ -142,21 +141,6 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
         text,
     )
         .into_response()
-}
-
-/// `GET /v1/agent/self`.
-#[derive(Debug, Serialize, serde::Deserialize)]
-pub struct AgentSelf {
-    /// The server's id.
-    pub id: u64,
-    /// Whether it has never been part of a cluster (no membership, no log).
-    pub fresh: bool,
-    /// The leader it knows of.
-    pub leader: Option<u64>,
-    /// Its current term.
-    pub term: u64,
-    /// The last log index applied to its store.
-    pub last_applied: u64,
 }
 
 pub(crate) async fn agent_self(State(st): State<AppState>) -> Response {

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use schedstate::model::{Allocation, ClientStatus, DesiredStatus, Id, Node, NodeStatus};
 use schedstate::persist::DurableStore;
-use schedstate::state::Command;
+use schedstate::state::{Command, StateSnapshot};
 
 use crate::catalog::{
     FAILURES, Kind, NAMESPACE, PLUGINS, Rng, STOPPED_PLUGIN, fingerprint, job_id, node_id,
@@ -36,9 +36,34 @@ pub struct Stats {
     pub node_changes: u64,
 }
 
-/// The simulated cluster over a durable store.
-pub struct Cluster<'a> {
-    db: &'a DurableStore,
+/// Where the simulation reads the state and sends its writes: a durable store in this
+/// process (`demo`), or a cluster of agents over HTTP (`demo --cluster`).
+pub trait Backend {
+    /// The current state.
+    fn snapshot(&self) -> StateSnapshot;
+
+    /// Applies `command`, proposed at index `next` (a local store takes it there; a
+    /// cluster picks its own), and returns the index it was applied at.
+    fn apply(&mut self, next: u64, command: Command) -> Result<u64, CliError>;
+}
+
+impl Backend for &DurableStore {
+    fn snapshot(&self) -> StateSnapshot {
+        DurableStore::snapshot(self)
+    }
+
+    fn apply(&mut self, next: u64, command: Command) -> Result<u64, CliError> {
+        let kind = command.kind();
+        self.apply_owned(next, command)
+            .map_err(|e| err(format!("demo: {kind} at index {next} was refused: {e}")))?;
+        Ok(next)
+    }
+}
+
+/// The simulated cluster over a [`Backend`].
+pub struct Cluster<B: Backend> {
+    /// Where the state is.
+    pub db: B,
     rng: Rng,
     nodes: usize,
     /// The next log index.
@@ -76,9 +101,9 @@ fn stopped(a: &Allocation) -> Allocation {
     }
 }
 
-impl<'a> Cluster<'a> {
+impl<B: Backend> Cluster<B> {
     /// A cluster of `nodes` nodes continuing after the store's last applied index.
-    pub fn new(db: &'a DurableStore, nodes: usize, seed: u64) -> Self {
+    pub fn new(db: B, nodes: usize, seed: u64) -> Self {
         let next = db.snapshot().view().last_applied() + 1;
         Cluster {
             db,
@@ -96,12 +121,8 @@ impl<'a> Cluster<'a> {
     }
 
     fn apply(&mut self, command: Command) -> Result<(), CliError> {
-        let index = self.next;
-        let kind = command.kind();
-        self.db
-            .apply_owned(index, command)
-            .map_err(|e| err(format!("demo: {kind} at index {index} was refused: {e}")))?;
-        self.next += 1;
+        let index = self.db.apply(self.next, command)?;
+        self.next = index + 1;
         self.stats.commands += 1;
         Ok(())
     }

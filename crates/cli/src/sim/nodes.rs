@@ -10,7 +10,7 @@ use super::Cluster;
 use crate::catalog::node_id;
 use crate::output::CliError;
 
-impl Cluster<'_> {
+impl<B: super::Backend> Cluster<B> {
     /// A node to change: one that is `away` (down, drained) comes back, or one that
     /// is not goes away, keeping about a tenth of the nodes away at most.
     fn pick_node(&mut self, away: impl Fn(&Node) -> bool) -> Option<(Id, bool)> {

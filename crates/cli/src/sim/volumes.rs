@@ -11,7 +11,7 @@ use super::{Cluster, alloc, stopped};
 use crate::catalog::{Kind, PLUGINS, STOPPED_PLUGIN, node_id, volume};
 use crate::output::CliError;
 
-impl Cluster<'_> {
+impl<B: super::Backend> Cluster<B> {
     /// Registers the next volume on a running plugin, chosen by weight.
     pub(super) fn register(&mut self) -> Result<(), CliError> {
         let snap = self.db.snapshot();

@@ -2,6 +2,9 @@
 //! command checked against the store itself (opened read-only here), JSON output,
 //! running the demo again, determinism per seed, snapshots, and the error cases.
 
+mod agent_procs;
+mod cluster;
+mod remote;
 mod support;
 
 use std::collections::BTreeSet;

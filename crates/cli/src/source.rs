@@ -1,0 +1,324 @@
+//! Where `plugin status`, `volume status` and `node status` read from: a data
+//! directory (`--data`, loaded read-only as one snapshot) or a running agent over its
+//! HTTP API (`--address`, with `--token`). Both answer in the API's shapes, so the
+//! commands render the same output from either.
+
+use std::future::Future;
+use std::path::PathBuf;
+
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args};
+use schedstate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use schedstate::state::{StateSnapshot, StateView};
+use schedstate_agent::api::PluginListStub;
+use schedstate_agent::{Client, ClientError, ReadOptions};
+
+use crate::output::{CliError, err, open_read};
+
+/// The data directory read when neither `--data` nor `--address` is given.
+pub const DEFAULT_DATA_DIR: &str = "./schedstate-data";
+
+/// Where a status command reads from: `--data DIR` or `--address URL` (with
+/// `--token`).
+///
+/// The two conflict, but not through clap's `conflicts_with`: clap counts a value
+/// from the environment as given, so `SCHEDSTATE_ADDR` would make every `--data` a
+/// usage error. [`reject_two_sources`] refuses both on the command line;
+/// [`SourceArgs::target`] lets `--data` win over the environment.
+#[derive(Debug, Clone, Args)]
+pub struct SourceArgs {
+    /// The data directory (snapshot, log segments, lock file) [default:
+    /// ./schedstate-data]. Wins over SCHEDSTATE_ADDR from the environment.
+    #[arg(id = SOURCE_DATA, long = "data", value_name = "DIR")]
+    pub data: Option<PathBuf>,
+    /// Read from the agent at this address (http://host:port) instead of a data
+    /// directory; conflicts with --data.
+    #[arg(
+        id = SOURCE_ADDRESS,
+        long = "address",
+        value_name = "URL",
+        env = "SCHEDSTATE_ADDR"
+    )]
+    pub address: Option<String>,
+    /// Bearer token sent to the agent (with --address).
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "SCHEDSTATE_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+/// The clap id of `--data` in [`SourceArgs`].
+const SOURCE_DATA: &str = "source_data";
+/// The clap id of `--address` in [`SourceArgs`].
+const SOURCE_ADDRESS: &str = "source_address";
+
+/// Exits with clap's usage error (code 2) when the command `matches` describes got
+/// both `--data` and `--address` on its command line.
+pub fn reject_two_sources(root: &mut clap::Command, matches: &ArgMatches) {
+    let mut path = Vec::new();
+    let mut m = matches;
+    while let Some((name, sub)) = m.subcommand() {
+        path.push(name.to_string());
+        m = sub;
+    }
+    let given = |id: &str| {
+        m.ids().any(|i| i.as_str() == id) && m.value_source(id) == Some(ValueSource::CommandLine)
+    };
+    if !(given(SOURCE_DATA) && given(SOURCE_ADDRESS)) {
+        return;
+    }
+    root.build();
+    let mut leaf = root;
+    for name in &path {
+        leaf = leaf
+            .find_subcommand_mut(name)
+            .expect("a subcommand just parsed exists");
+    }
+    leaf.error(
+        ErrorKind::ArgumentConflict,
+        "the argument '--data <DIR>' cannot be used with '--address <URL>'",
+    )
+    .exit()
+}
+
+/// What `SourceArgs` select, after precedence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    Dir(PathBuf),
+    Agent(String),
+}
+
+impl SourceArgs {
+    /// An explicit `--data` wins (also over an address from `SCHEDSTATE_ADDR`: both on
+    /// the command line is a usage error, caught by clap); then an address; then the
+    /// default directory. An empty address counts as none.
+    fn target(&self) -> Target {
+        if let Some(dir) = &self.data {
+            return Target::Dir(dir.clone());
+        }
+        match self.address.as_deref().map(str::trim) {
+            Some(a) if !a.is_empty() => Target::Agent(a.to_string()),
+            _ => Target::Dir(PathBuf::from(DEFAULT_DATA_DIR)),
+        }
+    }
+}
+
+/// The state the status commands read: one snapshot of a data directory, or an
+/// agent (each call one consistent read).
+#[derive(Debug)]
+pub enum Source {
+    /// A data directory, loaded read-only.
+    Local(StateSnapshot),
+    /// An agent, called on a current-thread runtime.
+    Remote {
+        /// The HTTP client.
+        client: Client,
+        /// Runs the client's calls.
+        runtime: tokio::runtime::Runtime,
+    },
+}
+
+/// The plugin list of one state version, in id order.
+pub fn plugin_stubs(v: &StateView<'_>) -> Vec<PluginListStub> {
+    v.csi_plugins().map(|p| PluginListStub::of(&p)).collect()
+}
+
+/// Secrets are never printed (the agent redacts them the same way; doing it again
+/// is harmless).
+fn redacted(mut v: CsiVolume) -> CsiVolume {
+    for value in v.secrets.values_mut() {
+        *value = "<redacted>".to_string();
+    }
+    v
+}
+
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An error of the HTTP client as one line naming the agent.
+fn agent_error(address: &str, e: &ClientError) -> CliError {
+    let what = match e {
+        ClientError::Transport { url, cause, .. } => format!("no answer: {cause} ({url})"),
+        ClientError::BadAddress { reason, .. } => format!("not a usable address: {reason}"),
+        other => other.to_string(),
+    };
+    err(one_line(&format!("agent {address}: {what}")))
+}
+
+impl Source {
+    /// Opens what `args` select: the directory with [`open_read`] (taking one
+    /// snapshot), or a client of the agent (no request is made yet).
+    pub fn open(args: &SourceArgs) -> Result<Source, CliError> {
+        match args.target() {
+            Target::Dir(dir) => {
+                let (store, _) = open_read(&dir)?;
+                Ok(Source::Local(store.snapshot()))
+            }
+            Target::Agent(address) => {
+                let client = Client::new(&address, args.token.clone())
+                    .map_err(|e| agent_error(&address, &e))?;
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| err(format!("agent {address}: no runtime: {e}")))?;
+                Ok(Source::Remote { client, runtime })
+            }
+        }
+    }
+
+    /// Runs one client call to its end.
+    fn call<T, F>(
+        client: &Client,
+        runtime: &tokio::runtime::Runtime,
+        f: impl FnOnce(Client) -> F,
+    ) -> Result<T, CliError>
+    where
+        F: Future<Output = Result<T, ClientError>>,
+    {
+        runtime
+            .block_on(f(client.clone()))
+            .map_err(|e| agent_error(client.address(), &e))
+    }
+
+    /// Every plugin's identity and health counts, in id order.
+    pub fn plugin_rows(&self) -> Result<Vec<PluginListStub>, CliError> {
+        match self {
+            Source::Local(snap) => Ok(plugin_stubs(&snap.view())),
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.plugins(ReadOptions::default()).await
+            })
+            .map(|r| r.value),
+        }
+    }
+
+    /// The plugin with exactly this id, its allocations filled in.
+    pub fn plugin(&self, id: &str) -> Result<Option<CsiPlugin>, CliError> {
+        match self {
+            Source::Local(snap) => {
+                let v = snap.view();
+                Ok(v.csi_plugin(id).map(|p| v.denormalize_csi_plugin(&p)))
+            }
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.plugin(id, ReadOptions::default()).await
+            })
+            .map(|r| r.value),
+        }
+    }
+
+    /// Every node, in id order.
+    pub fn nodes(&self) -> Result<Vec<Node>, CliError> {
+        match self {
+            Source::Local(snap) => Ok(snap.view().nodes().map(|n| (*n).clone()).collect()),
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.nodes(ReadOptions::default()).await
+            })
+            .map(|r| r.value),
+        }
+    }
+
+    /// The node with exactly this id.
+    pub fn node(&self, id: &str) -> Result<Option<Node>, CliError> {
+        match self {
+            Source::Local(snap) => Ok(snap.view().node(id).map(|n| (*n).clone())),
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.node(id, ReadOptions::default()).await
+            })
+            .map(|r| r.value),
+        }
+    }
+
+    /// The allocations placed on a node, in alloc id order (none for an unknown node).
+    pub fn allocs_by_node(&self, id: &str) -> Result<Vec<Allocation>, CliError> {
+        match self {
+            Source::Local(snap) => Ok(snap
+                .view()
+                .allocs_by_node(id)
+                .map(|a| (*a).clone())
+                .collect()),
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.node_allocations(id, ReadOptions::default()).await
+            })
+            .map(|r| r.value.unwrap_or_default()),
+        }
+    }
+
+    /// The allocation with exactly this id (none for an empty id, as a
+    /// garbage-collection claim has).
+    pub fn alloc(&self, id: &str) -> Result<Option<Allocation>, CliError> {
+        if id.is_empty() {
+            return Ok(None);
+        }
+        match self {
+            Source::Local(snap) => Ok(snap.view().alloc(id).map(|a| (*a).clone())),
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.allocation(id, ReadOptions::default()).await
+            })
+            .map(|r| r.value),
+        }
+    }
+
+    /// The volumes of one namespace (of every namespace when `None`), in (namespace,
+    /// id) order, denormalized, with secrets redacted.
+    pub fn volumes(&self, namespace: Option<&str>) -> Result<Vec<CsiVolume>, CliError> {
+        let all = match self {
+            Source::Local(snap) => {
+                let v = snap.view();
+                let stored: Vec<_> = match namespace {
+                    Some(ns) => v.csi_volumes_by_prefix(ns, "").collect(),
+                    None => v.csi_volumes().collect(),
+                };
+                stored
+                    .iter()
+                    .map(|vol| v.denormalize_csi_volume(vol))
+                    .collect()
+            }
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.volumes(namespace, None, ReadOptions::default()).await
+            })
+            .map(|r| r.value)?,
+        };
+        Ok(all.into_iter().map(redacted).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(data: Option<&str>, address: Option<&str>) -> SourceArgs {
+        SourceArgs {
+            data: data.map(PathBuf::from),
+            address: address.map(str::to_string),
+            token: None,
+        }
+    }
+
+    #[test]
+    fn data_wins_then_address_then_the_default() {
+        assert_eq!(
+            args(Some("d"), Some("http://a:1")).target(),
+            Target::Dir("d".into())
+        );
+        assert_eq!(
+            args(None, Some(" http://a:1 ")).target(),
+            Target::Agent("http://a:1".into())
+        );
+        assert_eq!(
+            args(None, Some("")).target(),
+            Target::Dir(DEFAULT_DATA_DIR.into())
+        );
+        assert_eq!(
+            args(None, None).target(),
+            Target::Dir(DEFAULT_DATA_DIR.into())
+        );
+    }
+}

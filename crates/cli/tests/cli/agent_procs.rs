@@ -1,0 +1,176 @@
+//! Agent processes on loopback for the cluster tests: `schedstate agent` spawned on
+//! free ports, each with its own data directory and log file, killed (SIGKILL) when
+//! dropped so a failing test never leaves one behind.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use schedstate_agent::Client;
+
+/// Every wait in the process tests: generous, for a loaded machine.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+/// Free loopback ports (bound, then released for the agents to take).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("its address").port())
+        .collect()
+}
+
+/// One agent process; SIGKILLed and reaped when dropped.
+pub struct AgentProc(Child);
+
+impl AgentProc {
+    /// Kills it with SIGKILL (nothing is flushed or closed) and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A cluster of agent processes.
+pub struct ProcCluster {
+    pub root: tempfile::TempDir,
+    pub ports: Vec<u16>,
+    pub procs: Vec<Option<AgentProc>>,
+    pub token: Option<String>,
+}
+
+impl ProcCluster {
+    /// Starts `n` agents (ids 1..=n) and waits until they agree on a leader.
+    pub async fn start(n: usize, token: Option<&str>) -> ProcCluster {
+        let mut c = ProcCluster {
+            root: tempfile::Builder::new()
+                .prefix("schedstate-agents-")
+                .tempdir()
+                .expect("temp dir"),
+            ports: free_ports(n),
+            procs: Vec::new(),
+            token: token.map(str::to_string),
+        };
+        for i in 0..n {
+            let p = c.spawn(i);
+            c.procs.push(Some(p));
+        }
+        c.wait_leader().await;
+        c
+    }
+
+    pub fn peers(&self) -> String {
+        let list: Vec<String> = self
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+            .collect();
+        list.join(",")
+    }
+
+    pub fn data(&self, i: usize) -> PathBuf {
+        self.root.path().join(format!("agent-{}", i + 1))
+    }
+
+    fn log(&self, i: usize) -> PathBuf {
+        self.root.path().join(format!("agent-{}.log", i + 1))
+    }
+
+    /// Spawns agent `i` (its id is `i + 1`), appending to its log file.
+    pub fn spawn(&self, i: usize) -> AgentProc {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log(i))
+            .expect("log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_schedstate"));
+        cmd.args(["agent", "--id", &(i + 1).to_string()])
+            .args(["--bind", &format!("127.0.0.1:{}", self.ports[i])])
+            .arg("--data")
+            .arg(self.data(i))
+            .args(["--peers", &self.peers()])
+            .env_remove("SCHEDSTATE_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log);
+        if let Some(t) = &self.token {
+            cmd.args(["--token", t]);
+        }
+        AgentProc(cmd.spawn().expect("spawn schedstate agent"))
+    }
+
+    /// Restarts agent `i` on its data directory.
+    pub fn restart(&mut self, i: usize) {
+        let p = self.spawn(i);
+        self.procs[i] = Some(p);
+    }
+
+    /// SIGKILLs agent `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(p) = self.procs[i].take() {
+            p.kill();
+        }
+    }
+
+    pub fn address(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    pub fn client(&self, i: usize) -> Client {
+        Client::new(&self.address(i), self.token.clone()).expect("client")
+    }
+
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.procs.len())
+            .filter(|i| self.procs[*i].is_some())
+            .collect()
+    }
+
+    /// Every agent's log, for a failure message.
+    pub fn logs(&self) -> String {
+        (0..self.ports.len())
+            .map(|i| {
+                let text = std::fs::read_to_string(self.log(i)).unwrap_or_default();
+                format!("--- agent {} ---\n{text}", i + 1)
+            })
+            .collect()
+    }
+
+    /// Waits until every running agent names the same leader, one of them; returns
+    /// its position.
+    pub async fn wait_leader(&self) -> usize {
+        let start = Instant::now();
+        loop {
+            let mut seen = Vec::new();
+            for i in self.running() {
+                seen.push(self.client(i).leader().await.ok().flatten());
+            }
+            if let Some(Some(first)) = seen.first()
+                && seen.iter().all(|s| s.as_ref() == Some(first))
+                && let Some(i) = self
+                    .ports
+                    .iter()
+                    .position(|p| first.ends_with(&format!(":{p}")))
+                && self.procs[i].is_some()
+            {
+                return i;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "no agreed leader ({seen:?})\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Three `schedstate agent` processes on loopback: writes through any of them, the
+//! leader killed with SIGKILL mid-stream, writes resuming on a new leader, every
+//! acknowledged write readable on the survivors, and the killed agent, restarted on
+//! its directory, catching up.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use schedstate::model::Node;
+use schedstate::state::Command;
+use schedstate_agent::{Client, ReadOptions};
+
+use crate::agent_procs::{DEADLINE, ProcCluster};
+
+type Acked = Arc<Mutex<BTreeMap<String, u64>>>;
+
+/// Writes `node` until it is known to be in the state: another server after a refused
+/// connection; after an error with unknown outcome, a consistent read first.
+async fn write_until_known(clients: &[Client], node: &Node, turn: &mut usize) -> u64 {
+    let start = Instant::now();
+    let command = Command::UpsertNode { node: node.clone() };
+    loop {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "write of {} never committed",
+            node.id
+        );
+        *turn += 1;
+        let c = &clients[*turn % clients.len()];
+        match c.apply(&command).await {
+            Ok(index) => return index,
+            Err(e) if e.changed_nothing() => {}
+            Err(_) => {
+                // Outcome unknown: look before writing again.
+                if let Ok(found) = c.node(&node.id, ReadOptions::default()).await
+                    && let Some(n) = found.value
+                {
+                    return n.modify_index;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn spawn_writers(
+    clients: Vec<Client>,
+    acked: Acked,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..4)
+        .map(|w| {
+            let (clients, acked, stop) = (clients.clone(), acked.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut turn = w;
+                let mut seq = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let node = Node::new(format!("w{w}-{seq}"), format!("host-{w}-{seq}"));
+                    let index = write_until_known(&clients, &node, &mut turn).await;
+                    acked.lock().insert(node.id.to_string(), index);
+                    seq += 1;
+                }
+            })
+        })
+        .collect()
+}
+
+async fn wait_for(what: &str, cluster: &ProcCluster, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < DEADLINE, "{what}\n{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads agent `i`'s own state (`?stale`) until it reached `index`; returns its nodes.
+async fn stale_nodes_at(cluster: &ProcCluster, i: usize, index: u64) -> BTreeMap<String, u64> {
+    let c = cluster.client(i);
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = c.nodes(ReadOptions::stale()).await
+            && r.index >= index
+        {
+            return r
+                .value
+                .iter()
+                .map(|n| (n.id.to_string(), n.modify_index))
+                .collect();
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "agent {} never reached index {index}\n{}",
+            i + 1,
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_survive_a_sigkilled_leader_and_lose_nothing() {
+    let mut cluster = ProcCluster::start(3, None).await;
+    let clients: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(clients, acked.clone(), stop.clone());
+
+    wait_for("60 writes before the kill", &cluster, || {
+        acked.lock().len() >= 60
+    })
+    .await;
+    let leader = cluster.wait_leader().await;
+    cluster.kill(leader);
+    let at_kill = acked.lock().len();
+    // Writes resume on a new leader.
+    wait_for("60 writes after the kill", &cluster, || {
+        acked.lock().len() >= at_kill + 60
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        tokio::time::timeout(DEADLINE, w)
+            .await
+            .expect("writers stop")
+            .expect("writer ok");
+    }
+    let new_leader = cluster.wait_leader().await;
+    assert_ne!(new_leader, leader);
+
+    let acked = acked.lock().clone();
+    let last = acked.values().copied().max().expect("writes");
+    for i in cluster.running() {
+        let nodes = stale_nodes_at(&cluster, i, last).await;
+        for (id, index) in &acked {
+            assert_eq!(
+                nodes.get(id),
+                Some(index),
+                "agent {}: acknowledged write {id} at {index}",
+                i + 1
+            );
+        }
+    }
+    // The killed agent comes back on its directory and catches up.
+    let reference = stale_nodes_at(&cluster, new_leader, last).await;
+    cluster.restart(leader);
+    let caught_up = stale_nodes_at(&cluster, leader, last).await;
+    assert_eq!(caught_up, reference, "the restarted agent differs");
+}
