@@ -21,6 +21,10 @@ use crate::api::{MAX_BODY_BYTES, WriteResponse};
 /// How long a write waits for a leader to be elected before answering 503.
 const LEADER_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a write waits to be committed: a leader cut off from its quorum keeps
+/// believing it leads, and its writes would otherwise wait forever.
+const COMMIT_WAIT: Duration = Duration::from_secs(30);
+
 fn too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
@@ -63,7 +67,18 @@ pub(crate) async fn command(
         return ApiError::no_leader().into_response();
     }
     let kind = command.kind();
-    match st.server.propose_or_forward(command).await {
+    let proposed = tokio::time::timeout(COMMIT_WAIT, st.server.propose_or_forward(command)).await;
+    let Ok(proposed) = proposed else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            format!(
+                "not committed within {COMMIT_WAIT:?} (no quorum?); the outcome is unknown: read before retrying"
+            ),
+        )
+        .into_response();
+    };
+    match proposed {
         Ok(committed) => {
             // Applied on the leader; make it visible here too before answering.
             if let Err(e) = st

@@ -29,6 +29,7 @@ pub struct Agents {
 }
 
 impl Agents {
+    /// Every port's agent, ids 1…n (agents not started yet included).
     pub fn peers(&self) -> Peers {
         let list: Vec<String> = self
             .ports
