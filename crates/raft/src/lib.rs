@@ -71,6 +71,7 @@ mod log_format;
 mod log_store;
 mod network;
 mod observe;
+mod read_barrier;
 mod router;
 mod server;
 mod snapshot_file;

@@ -16,6 +16,7 @@ use crate::error::{ClusterError, OpenError, ProposeError};
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{Factory, Forwarder, Network};
 use crate::observe::ApplyObserver;
+use crate::read_barrier::ReadBarrier;
 use crate::state_machine::{Applied, StateMachine};
 use crate::{NodeId, TypeConfig};
 
@@ -83,6 +84,8 @@ struct Inner {
     opened: LogOpenReport,
     log: LogStore,
     batcher: Batcher,
+    /// Concurrent consistent reads share their leadership checks.
+    reads: ReadBarrier,
 }
 
 impl Server {
@@ -116,6 +119,7 @@ impl Server {
                 opened,
                 log,
                 batcher: Batcher::start(raft.clone()),
+                reads: ReadBarrier::default(),
                 raft,
             }),
         })
@@ -260,21 +264,30 @@ impl Server {
 
     /// A linearizable read: confirms leadership with a quorum (openraft's read index),
     /// waits until this server applied everything committed before the read, and
-    /// returns that version of the state. Only the leader answers.
+    /// returns that version of the state. Only the leader answers. Concurrent calls
+    /// share confirmation rounds (each call is covered by a round that started after
+    /// it), so many readers cost one quorum round trip, not one each.
     ///
     /// # Errors
     /// [`ClusterError::NotLeader`], or no quorum.
     pub async fn read_consistent(&self) -> Result<StateSnapshot, ClusterError> {
-        match self.inner.raft.ensure_linearizable().await {
-            Ok(_) => Ok(self.inner.store.snapshot()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(ProposeError::not_leader(f).into())
-            }
-            Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
-                Err(ClusterError::Unavailable(q.to_string()))
-            }
-            Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
-        }
+        let raft = &self.inner.raft;
+        self.inner
+            .reads
+            .confirm(|| async {
+                match raft.ensure_linearizable().await {
+                    Ok(_) => Ok(()),
+                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                        Err(ProposeError::not_leader(f).into())
+                    }
+                    Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
+                        Err(ClusterError::Unavailable(q.to_string()))
+                    }
+                    Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
+                }
+            })
+            .await?;
+        Ok(self.inner.store.snapshot())
     }
 
     /// A stale read: this server's latest applied state, without asking anyone.
