@@ -33,6 +33,25 @@ impl AgentProc {
     }
 }
 
+impl AgentProc {
+    /// Sends SIGTERM and waits (up to [`DEADLINE`]) for the process to exit; returns
+    /// its exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let pid = Pid::from_raw(i32::try_from(self.0.id()).expect("a pid fits i32"));
+        kill(pid, Signal::SIGTERM).expect("SIGTERM");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(start.elapsed() < DEADLINE, "the agent ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for AgentProc {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -113,6 +132,11 @@ impl ProcCluster {
     pub fn restart(&mut self, i: usize) {
         let p = self.spawn(i);
         self.procs[i] = Some(p);
+    }
+
+    /// Stops agent `i` with SIGTERM; returns its exit status.
+    pub fn terminate(&mut self, i: usize) -> Option<std::process::ExitStatus> {
+        self.procs[i].take().map(AgentProc::terminate)
     }
 
     /// SIGKILLs agent `i`.
