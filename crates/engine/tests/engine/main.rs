@@ -5,6 +5,7 @@
 mod blocking;
 mod concurrency;
 mod model;
+mod pmap;
 mod registry;
 mod savepoint;
 mod support;

@@ -1,0 +1,244 @@
+//! The cluster: the `schedstate` binary, three agent processes on free loopback
+//! ports, and what the phases ask of them (leader, memory, waiting queries).
+
+use std::fs::File;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use schedstate_agent::Client;
+
+use crate::report::Out;
+use crate::system::proc_memory_kb;
+
+/// The gauge of blocking queries waiting on an agent.
+pub const WAITING: &str = "schedstate_blocking_queries_waiting";
+
+/// The `schedstate` binary: `-bin`, `SCHEDSTATE_BIN`, or beside this benchmark's
+/// directory (`target/release/deps/../schedstate`).
+pub fn locate_binary(flag: Option<&Path>) -> PathBuf {
+    let (path, from) = if let Some(p) = flag {
+        (p.to_path_buf(), "-bin")
+    } else if let Some(p) = std::env::var_os("SCHEDSTATE_BIN") {
+        (PathBuf::from(p), "SCHEDSTATE_BIN")
+    } else {
+        let exe = std::env::current_exe().expect("the benchmark's own path");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the benchmark runs from target/<profile>/deps");
+        (dir.join("schedstate"), "beside the benchmark")
+    };
+    if !path.is_file() {
+        eprintln!(
+            "error: no schedstate binary at {} ({from}).\n\
+             Build it first:  cargo build --release -p schedstate-cli\n\
+             or point to one:  -bin PATH  or  SCHEDSTATE_BIN=PATH",
+            path.display()
+        );
+        std::process::exit(2);
+    }
+    path
+}
+
+/// The newest modification time of a file under `dir`.
+fn newest_under(dir: &Path) -> Option<SystemTime> {
+    let mut newest = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let Ok(m) = e.metadata() else { continue };
+        let t = if m.is_dir() {
+            newest_under(&e.path())
+        } else {
+            m.modified().ok()
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// Warns when a source of the binary is newer than it (a stale build measures old
+/// code).
+pub fn warn_if_stale(bin: &Path, out: &Out) {
+    let Ok(built) = bin.metadata().and_then(|m| m.modified()) else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let sources = [
+        "src",
+        "crates/engine/src",
+        "crates/raft/src",
+        "crates/agent/src",
+        "crates/cli/src",
+    ];
+    let newer: Vec<&str> = sources
+        .iter()
+        .copied()
+        .filter(|s| newest_under(&root.join(s)).is_some_and(|t| t > built))
+        .collect();
+    if !newer.is_empty() {
+        out.line(format!(
+            "# warning: {} is older than sources in {}: rebuild with `cargo build --release -p schedstate-cli`",
+            bin.display(),
+            newer.join(", ")
+        ));
+    }
+}
+
+/// `n` ports free on loopback now (released again for the agents to bind).
+fn free_ports(n: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    held.iter()
+        .map(|l| l.local_addr().expect("its address").port())
+        .collect()
+}
+
+/// The agents; every process is killed (SIGKILL) and reaped when this is dropped,
+/// panics included. Each also gets SIGKILL if this process dies first.
+pub struct Cluster {
+    pub root: tempfile::TempDir,
+    procs: Vec<Child>,
+    pub addrs: Vec<String>,
+    logs: Vec<PathBuf>,
+    pub clients: Vec<Client>,
+}
+
+impl Cluster {
+    /// Starts the three agents of `bin`, each with its own data directory and log.
+    pub fn spawn(bin: &Path) -> Cluster {
+        let root = tempfile::Builder::new()
+            .prefix("schedstate-httpbench-")
+            .tempdir()
+            .expect("a temp dir");
+        let ports = free_ports(3);
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let peers: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect();
+        let peers = peers.join(",");
+        let mut c = Cluster {
+            root,
+            procs: Vec::new(),
+            addrs: addrs.clone(),
+            logs: Vec::new(),
+            clients: addrs
+                .iter()
+                .map(|a| Client::new(a, None).expect("client"))
+                .collect(),
+        };
+        for (i, addr) in addrs.iter().enumerate() {
+            let data = c.root.path().join(format!("agent{}", i + 1));
+            let log = c.root.path().join(format!("agent{}.log", i + 1));
+            let file = File::create(&log).expect("log file");
+            let mut cmd = std::process::Command::new(bin);
+            cmd.arg("agent")
+                .args(["--id", &(i + 1).to_string()])
+                .args(["--bind", addr])
+                .arg("--data")
+                .arg(&data)
+                .args(["--peers", &peers])
+                .env_remove("SCHEDSTATE_TOKEN")
+                .stdin(Stdio::null())
+                .stdout(file.try_clone().expect("log file"))
+                .stderr(file);
+            // SAFETY: the closure runs in the child between fork and exec and calls
+            // only prctl, which is async-signal-safe; it allocates nothing.
+            unsafe {
+                cmd.pre_exec(|| {
+                    // The agent dies with this process, even on SIGKILL of this one.
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+            c.procs.push(child);
+            c.logs.push(log);
+        }
+        c
+    }
+
+    /// The agents' process ids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.procs.iter().map(Child::id).collect()
+    }
+
+    /// Panics when an agent has exited.
+    pub fn check_alive(&mut self) {
+        for (i, p) in self.procs.iter_mut().enumerate() {
+            if let Ok(Some(status)) = p.try_wait() {
+                panic!("agent {} exited: {status}", i + 1);
+            }
+        }
+    }
+
+    /// Waits until all three agents name the same leader; its position.
+    pub async fn wait_leader(&mut self, deadline: Duration) -> usize {
+        let start = Instant::now();
+        loop {
+            self.check_alive();
+            let mut named = Vec::new();
+            for c in &self.clients {
+                named.push(c.leader().await.ok().flatten());
+            }
+            if let Some(Some(l)) = named.first()
+                && named.iter().all(|n| n.as_deref() == Some(l.as_str()))
+                && let Some(i) = self.addrs.iter().position(|a| a == l)
+            {
+                return i;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "no leader after {deadline:?}: the agents named {named:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// (VmRSS, VmHWM) in kB of each agent.
+    pub fn memory(&self) -> Vec<(u64, u64)> {
+        self.pids().into_iter().map(proc_memory_kb).collect()
+    }
+
+    /// `schedstate_blocking_queries_waiting` of each agent.
+    pub async fn waiting(&self) -> Vec<Option<f64>> {
+        let mut out = Vec::new();
+        for c in &self.clients {
+            let text = c.metrics().await.ok();
+            out.push(text.and_then(|t| gauge(&t, WAITING)));
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        if std::thread::panicking() {
+            for (i, log) in self.logs.iter().enumerate() {
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!("--- agent {} log, last lines ({}):", i + 1, log.display());
+                for l in &lines[lines.len().saturating_sub(20)..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
+    }
+}
+
+/// A sample `name value` of Prometheus text.
+pub fn gauge(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok())?
+    })
+}

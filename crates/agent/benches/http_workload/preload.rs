@@ -1,0 +1,95 @@
+//! The preload phase: the dataset's nodes and their allocations, in batches, through
+//! the leader; done when every agent has applied the last batch.
+
+use std::time::{Duration, Instant};
+
+use schedstate::model::{Allocation, Node};
+use schedstate::state::Command;
+use schedstate_agent::ReadOptions;
+use serde_json::json;
+
+use crate::Flags;
+use crate::cluster::Cluster;
+use crate::dataset::Dataset;
+use crate::report::{Out, memory_json, round2};
+use crate::system::{CpuMark, cpu_cell};
+use crate::writes::Work;
+
+/// Writes the dataset's `-nodes` nodes and their allocations to the leader of
+/// `cluster` (agent `li`), `UpsertAllocs` then `UpsertNodes` per `-batch` nodes, and
+/// waits until all three agents have them; what the later phases write from.
+pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> Work {
+    let pids = cluster.pids();
+    let leader = &cluster.clients[li];
+    let ds = Dataset::generate(f.nodes, f.allocs_per, f.plugins, f.seed);
+    let (nodes, allocs) = ds.objects();
+    let cpu = CpuMark::new(&pids);
+    let t = Instant::now();
+    let mut last = 0;
+    let batches = f.nodes.div_ceil(f.batch);
+    for b in 0..batches {
+        let lo = b * f.batch;
+        let hi = (lo + f.batch).min(f.nodes);
+        let batch_allocs: Vec<Allocation> = allocs[lo * f.allocs_per..hi * f.allocs_per]
+            .iter()
+            .map(|a| (**a).clone())
+            .collect();
+        let batch_nodes: Vec<Node> = nodes[lo..hi].iter().map(|n| (**n).clone()).collect();
+        leader
+            .apply(&Command::UpsertAllocs {
+                allocs: batch_allocs,
+            })
+            .await
+            .expect("preload allocations");
+        last = leader
+            .apply(&Command::UpsertNodes { nodes: batch_nodes })
+            .await
+            .expect("preload nodes");
+    }
+    let total = t.elapsed();
+    // Every agent has it: a stale blocking read of the last node on each.
+    let last_node = ds.node_ids[f.nodes - 1].to_string();
+    for c in &cluster.clients {
+        let r = c
+            .node(
+                &last_node,
+                ReadOptions {
+                    index: last - 1,
+                    wait: Some(Duration::from_secs(60)),
+                    stale: true,
+                },
+            )
+            .await
+            .expect("read after preload");
+        assert!(r.index >= last && r.value.is_some(), "preload not applied");
+    }
+    let all = t.elapsed();
+    let cpu_json = cpu.json(&pids);
+    out.line(format!(
+        "preload: {} nodes + {} allocs in {} batches ({} entries): {:.0} ms, on all 3 agents after {:.0} ms, {:.0} nodes/s; cores agents/bench/foreign {}",
+        f.nodes,
+        f.nodes * f.allocs_per,
+        batches,
+        2 * batches,
+        total.as_secs_f64() * 1e3,
+        all.as_secs_f64() * 1e3,
+        f.nodes as f64 / total.as_secs_f64(),
+        cpu_cell(&cpu_json)
+    ));
+    out.put(
+        "preload",
+        json!({
+            "nodes": f.nodes,
+            "allocs": f.nodes * f.allocs_per,
+            "batches": batches,
+            "entries": 2 * batches,
+            "total_ms": round2(total.as_secs_f64() * 1e3),
+            "all_applied_ms": round2(all.as_secs_f64() * 1e3),
+            "last_index": last,
+            "cpu": cpu_json,
+            "memory": memory_json(&cluster.memory()),
+        }),
+    );
+    drop(allocs);
+    Work::new(ds, nodes, f.write_nodes)
+}

@@ -1,0 +1,258 @@
+//! Ordered iteration: two cursors (front and back), each the path from the root to
+//! its leaf.
+
+use std::iter::FusedIterator;
+use std::ops::Bound;
+use std::ptr;
+
+use smallvec::SmallVec;
+
+use super::node::{Inner, Leaf, Node};
+
+/// A position: the inner nodes above it with the child taken in each, the leaf, and
+/// the entry in the leaf.
+struct Cursor<'a, V> {
+    path: SmallVec<[(&'a Inner<V>, usize); 6]>,
+    leaf: &'a Leaf<V>,
+    idx: usize,
+}
+
+impl<V> Clone for Cursor<'_, V> {
+    fn clone(&self) -> Self {
+        Cursor {
+            path: self.path.clone(),
+            leaf: self.leaf,
+            idx: self.idx,
+        }
+    }
+}
+
+impl<'a, V> Cursor<'a, V> {
+    #[inline]
+    fn entry(&self) -> (&'a [u8], &'a V) {
+        (self.leaf.keys.key(self.idx), &self.leaf.vals[self.idx])
+    }
+
+    #[inline]
+    fn same_place(&self, other: &Cursor<'a, V>) -> bool {
+        ptr::eq(self.leaf, other.leaf) && self.idx == other.idx
+    }
+
+    /// Moves to the next entry; false past the last one.
+    #[inline]
+    fn advance(&mut self) -> bool {
+        self.idx += 1;
+        self.idx < self.leaf.vals.len() || self.next_leaf()
+    }
+
+    /// Moves to the first entry of the next leaf; false if there is none.
+    fn next_leaf(&mut self) -> bool {
+        loop {
+            let Some((inner, i)) = self.path.last_mut() else {
+                return false;
+            };
+            if *i + 1 < inner.children.len() {
+                *i += 1;
+                let child: &'a Node<V> = &inner.children[*i];
+                self.descend(child, |_| 0, |_| 0);
+                return true;
+            }
+            self.path.pop();
+        }
+    }
+
+    /// Moves to the previous entry; false before the first one.
+    #[inline]
+    fn retreat(&mut self) -> bool {
+        if self.idx > 0 {
+            self.idx -= 1;
+            return true;
+        }
+        loop {
+            let Some((inner, i)) = self.path.last_mut() else {
+                return false;
+            };
+            if *i > 0 {
+                *i -= 1;
+                let child: &'a Node<V> = &inner.children[*i];
+                self.descend(child, |n| n.children.len() - 1, |l| l.vals.len() - 1);
+                return true;
+            }
+            self.path.pop();
+        }
+    }
+
+    /// Walks down from `node`, taking the child `pick` names in each inner node, and
+    /// stops at entry `at` of the leaf.
+    fn descend(
+        &mut self,
+        mut node: &'a Node<V>,
+        pick: impl Fn(&Inner<V>) -> usize,
+        at: impl Fn(&Leaf<V>) -> usize,
+    ) {
+        loop {
+            match node {
+                Node::Inner(n) => {
+                    let i = pick(n);
+                    self.path.push((n, i));
+                    node = &n.children[i];
+                }
+                Node::Leaf(l) => {
+                    self.leaf = l;
+                    self.idx = at(l);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A cursor at the leaf `root` leads to by `pick`, at entry `at` of it (possibly
+    /// one past its end; a leaf is never empty).
+    fn seek(
+        root: &'a Node<V>,
+        pick: impl Fn(&Inner<V>) -> usize,
+        at: impl Fn(&Leaf<V>) -> usize,
+    ) -> Cursor<'a, V> {
+        let mut path = SmallVec::new();
+        let mut node = root;
+        loop {
+            match node {
+                Node::Inner(n) => {
+                    let i = pick(n);
+                    path.push((n, i));
+                    node = &n.children[i];
+                }
+                Node::Leaf(leaf) => {
+                    let idx = at(leaf);
+                    return Cursor { path, leaf, idx };
+                }
+            }
+        }
+    }
+
+    /// The first entry within the lower bound `lo`.
+    fn first_from(root: &'a Node<V>, lo: Bound<&[u8]>) -> Option<Cursor<'a, V>> {
+        let mut c = match lo {
+            Bound::Unbounded => Cursor::seek(root, |_| 0, |_| 0),
+            // The child holding the keys just above `q` is the one covering `q`.
+            Bound::Included(q) => {
+                Cursor::seek(root, |n| n.keys.upper_bound(q), |l| l.keys.lower_bound(q))
+            }
+            Bound::Excluded(q) => {
+                Cursor::seek(root, |n| n.keys.upper_bound(q), |l| l.keys.upper_bound(q))
+            }
+        };
+        if c.idx < c.leaf.vals.len() || c.next_leaf() {
+            Some(c)
+        } else {
+            None
+        }
+    }
+
+    /// The last entry within the upper bound `hi`.
+    fn last_until(root: &'a Node<V>, hi: Bound<&[u8]>) -> Option<Cursor<'a, V>> {
+        // `at` gives one past the wanted entry.
+        let mut c = match hi {
+            Bound::Unbounded => Cursor::seek(root, |n| n.children.len() - 1, |l| l.vals.len()),
+            Bound::Included(q) => {
+                Cursor::seek(root, |n| n.keys.upper_bound(q), |l| l.keys.upper_bound(q))
+            }
+            // Keys equal to a separator `q` are right of it: the child covering the
+            // keys just below `q` is left of it.
+            Bound::Excluded(q) => {
+                Cursor::seek(root, |n| n.keys.lower_bound(q), |l| l.keys.lower_bound(q))
+            }
+        };
+        if c.idx > 0 {
+            c.idx -= 1;
+            Some(c)
+        } else if c.retreat() {
+            Some(c)
+        } else {
+            None
+        }
+    }
+}
+
+/// An iterator over the entries of a [`PMap`](super::PMap) in key order, from both
+/// ends: what [`PMap::iter`](super::PMap::iter) and [`PMap::range`](super::PMap::range)
+/// return. It borrows the map, not the bounds it was made with.
+pub struct Iter<'a, V> {
+    root: Option<&'a Node<V>>,
+    /// The next entry from the front; `None` once the two ends have met.
+    front: Option<Cursor<'a, V>>,
+    /// The next entry from the back; `None` while it is the last entry of the map
+    /// (sought only when iterated from the back).
+    back: Option<Cursor<'a, V>>,
+}
+
+impl<V> Clone for Iter<'_, V> {
+    fn clone(&self) -> Self {
+        Iter {
+            root: self.root,
+            front: self.front.clone(),
+            back: self.back.clone(),
+        }
+    }
+}
+
+impl<'a, V> Iter<'a, V> {
+    pub(super) fn empty() -> Iter<'a, V> {
+        Iter {
+            root: None,
+            front: None,
+            back: None,
+        }
+    }
+
+    pub(super) fn new(root: &'a Node<V>, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Iter<'a, V> {
+        let Some(front) = Cursor::first_from(root, lo) else {
+            return Iter::empty();
+        };
+        let back = match hi {
+            Bound::Unbounded => None,
+            hi => match Cursor::last_until(root, hi) {
+                Some(b) if front.entry().0 <= b.entry().0 => Some(b),
+                _ => return Iter::empty(),
+            },
+        };
+        Iter {
+            root: Some(root),
+            front: Some(front),
+            back,
+        }
+    }
+}
+
+impl<'a, V> Iterator for Iter<'a, V> {
+    type Item = (&'a [u8], &'a V);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let front = self.front.as_mut()?;
+        let entry = front.entry();
+        let met = self.back.as_ref().is_some_and(|b| front.same_place(b));
+        if met || !front.advance() {
+            self.front = None;
+        }
+        Some(entry)
+    }
+}
+
+impl<V> DoubleEndedIterator for Iter<'_, V> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let front = self.front.as_ref()?;
+        if self.back.is_none() {
+            let root = self.root?;
+            self.back = Cursor::last_until(root, Bound::Unbounded);
+        }
+        let back = self.back.as_mut()?;
+        let entry = back.entry();
+        if front.same_place(back) || !back.retreat() {
+            self.front = None;
+        }
+        Some(entry)
+    }
+}
+
+impl<V> FusedIterator for Iter<'_, V> {}
