@@ -84,42 +84,6 @@ fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     a.cmp(b)
 }
 
-/// Encoded key bytes borrowed for a lookup: ordered exactly as [`Key`] (same fast
-/// path), so a map of keys can be searched with bytes at the same speed as with a key.
-#[repr(transparent)]
-#[derive(PartialEq, Eq, Hash)]
-pub(crate) struct KeyBytes([u8]);
-
-impl KeyBytes {
-    #[inline]
-    pub(crate) fn new(bytes: &[u8]) -> &KeyBytes {
-        // SAFETY: `KeyBytes` is `repr(transparent)` over `[u8]`, so the pointer cast
-        // keeps the slice's address, length and lifetime.
-        unsafe { &*(std::ptr::from_ref::<[u8]>(bytes) as *const KeyBytes) }
-    }
-}
-
-impl PartialOrd for KeyBytes {
-    #[inline]
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for KeyBytes {
-    #[inline]
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        compare(&self.0, &other.0)
-    }
-}
-
-impl Borrow<KeyBytes> for Key {
-    #[inline]
-    fn borrow(&self) -> &KeyBytes {
-        KeyBytes::new(self.as_bytes())
-    }
-}
-
 impl std::hash::Hash for Key {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.as_bytes().hash(state);
@@ -356,7 +320,6 @@ mod tests {
         for a in &samples {
             for b in &samples {
                 assert_eq!(compare(a, b), a.cmp(b), "{a:?} vs {b:?}");
-                assert_eq!(KeyBytes::new(a).cmp(KeyBytes::new(b)), a.cmp(b));
                 let (ka, kb) = (Key::from_encoded(a), Key::from_encoded(b));
                 assert_eq!(ka.cmp(&kb), a.cmp(b));
             }

@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use super::Key;
 use super::intervals::Intervals;
-use super::key::KeyBytes;
 use super::root::{Root, RowMap};
 use super::schema::TableId;
 use super::waiters::Waiters;
@@ -316,30 +315,23 @@ fn changed_since(base: &Root, current: &Root, items: &[WatchItem]) -> bool {
 }
 
 fn prefix_differs(b: &RowMap, c: &RowMap, prefix: &[u8]) -> bool {
-    let from = (Bound::Included(KeyBytes::new(prefix)), Bound::Unbounded);
-    let left = b
-        .range::<_, KeyBytes>(from)
-        .take_while(|(k, _)| k.starts_with(prefix));
-    let right = c
-        .range::<_, KeyBytes>(from)
-        .take_while(|(k, _)| k.starts_with(prefix));
+    let from: (Bound<&[u8]>, Bound<&[u8]>) = (Bound::Included(prefix), Bound::Unbounded);
+    let left = b.range(from).take_while(|(k, _)| k.starts_with(prefix));
+    let right = c.range(from).take_while(|(k, _)| k.starts_with(prefix));
     entries_differ(left, right)
 }
 
 fn range_differs(b: &RowMap, c: &RowMap, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    let lo = lo.as_ref().map(|v| KeyBytes::new(v));
-    let hi = hi.as_ref().map(|v| KeyBytes::new(v));
-    entries_differ(
-        b.range::<_, KeyBytes>((lo, hi)),
-        c.range::<_, KeyBytes>((lo, hi)),
-    )
+    let lo = lo.as_ref().map(Vec::as_slice);
+    let hi = hi.as_ref().map(Vec::as_slice);
+    entries_differ(b.range((lo, hi)), c.range((lo, hi)))
 }
 
 /// Whether two runs of entries differ (keys, or rows by pointer); past
 /// `RANGE_COMPARE_LIMIT` entries they are taken to differ.
 fn entries_differ<'a>(
-    mut left: impl Iterator<Item = (&'a Key, &'a super::schema::Row)>,
-    mut right: impl Iterator<Item = (&'a Key, &'a super::schema::Row)>,
+    mut left: impl Iterator<Item = (&'a [u8], &'a super::schema::Row)>,
+    mut right: impl Iterator<Item = (&'a [u8], &'a super::schema::Row)>,
 ) -> bool {
     for _ in 0..RANGE_COMPARE_LIMIT {
         match (left.next(), right.next()) {

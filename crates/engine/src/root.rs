@@ -2,15 +2,14 @@
 
 use std::sync::{Arc, Weak};
 
-use imbl::OrdMap;
-
-use super::Key;
 use super::database::Shared;
+use super::pmap::PMap;
 use super::schema::{Row, Schema, TableId};
 
-/// A persistent map from encoded keys to rows. Cloning it is O(1); a write path-copies
-/// O(log n) nodes and shares the rest with every other version.
-pub(crate) type RowMap = OrdMap<Key, Row>;
+/// A persistent map from encoded keys to rows (the engine's own B+tree, `pmap/`).
+/// Cloning it is O(1); a write path-copies O(log n) nodes and shares the rest with
+/// every other version.
+pub(crate) type RowMap = PMap<Row>;
 
 /// The data of one table: map 0 is the primary map, map `i + 1` secondary index `i`.
 #[derive(Clone)]

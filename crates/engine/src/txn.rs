@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::database::Shared;
-use super::key::KeyBytes;
 use super::reclaim::WriterLock;
 use super::registry::Registry;
 use super::root::Root;
@@ -303,10 +302,10 @@ impl WriteTxn {
                 m.remove(k);
             }
             for k in new_keys {
-                m.insert(k, Arc::clone(&row));
+                m.insert(&k, Arc::clone(&row));
             }
         }
-        data.maps[0].insert(pk.clone(), Arc::clone(&row));
+        data.maps[0].insert(&pk, Arc::clone(&row));
         self.record(table.id, pk, old.clone(), Some(row));
         Ok(old.as_ref().and_then(downcast))
     }
@@ -324,9 +323,10 @@ impl WriteTxn {
         let schema = self.table_def(table.schema, table.id)?;
         let def = &schema.tables[table.id];
         let data = &mut self.root.tables[table.id];
-        let Some((pk, old)) = data.maps[0].remove_with_key(KeyBytes::new(key)) else {
+        let Some(old) = data.maps[0].remove(key) else {
             return Ok(None);
         };
+        let pk = Key::from_encoded(key);
         let mut keys = Vec::new();
         for map in 1..data.maps.len() {
             keys.clear();
@@ -354,7 +354,7 @@ impl WriteTxn {
             .view()
             .prefix(table, prefix)
             .with_keys()
-            .map(|(k, _)| k.clone())
+            .map(|(k, _)| Key::from_encoded(k))
             .collect();
         for k in &keys {
             self.delete(table, k)?;

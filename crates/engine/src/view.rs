@@ -11,7 +11,8 @@ use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::key::{KeyBytes, prefix_successor};
+use super::key::prefix_successor;
+use super::pmap::Iter as MapIter;
 use super::root::{Root, RowMap};
 use super::schema::{Index, Row, Table, TableId};
 use super::watch::{WatchItem, WatchSet};
@@ -100,7 +101,7 @@ impl<'a> View<'a> {
     /// Like [`get`](Self::get), borrowing the row instead of counting a reference.
     pub fn get_ref<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a Row> {
         self.watch_key(table.id, 0, key);
-        self.map(table.schema, table.id, 0)?.get(KeyBytes::new(key))
+        self.map(table.schema, table.id, 0)?.get(key)
     }
 
     /// The row with primary key `key`, borrowed as its type.
@@ -114,7 +115,7 @@ impl<'a> View<'a> {
         if index.unique {
             self.watch_key(index.table, index.map, key);
             let map = self.map(index.schema, index.table, index.map)?;
-            map.get(KeyBytes::new(key)).and_then(downcast)
+            map.get(key).and_then(downcast)
         } else {
             self.index_eq(index, key).next()
         }
@@ -154,7 +155,7 @@ impl<'a> View<'a> {
             self.watch_key(index.table, index.map, key);
             let row = self
                 .map(index.schema, index.table, index.map)
-                .and_then(|m| m.get_key_value(KeyBytes::new(key)));
+                .and_then(|m| m.get_key_value(key));
             return Rows {
                 inner: RowsInner::One(row),
                 _row: PhantomData,
@@ -186,9 +187,10 @@ impl<'a> View<'a> {
     fn scan<V>(&self, schema: u64, table: TableId, map: usize, range: Range) -> Rows<'a, V> {
         self.watch_range(table, map, &range);
         let inner = match self.map(schema, table, map) {
-            Some(m) => RowsInner::Range(
-                m.range::<_, KeyBytes>((as_ref_bound(&range.0), as_ref_bound(&range.1))),
-            ),
+            Some(m) => RowsInner::Range(m.range::<(Bound<&[u8]>, Bound<&[u8]>)>((
+                as_ref_bound(&range.0),
+                as_ref_bound(&range.1),
+            ))),
             None => RowsInner::One(None),
         };
         Rows {
@@ -209,7 +211,10 @@ impl<'a> View<'a> {
         self.watch_prefix(table, map, prefix);
         let inner = match self.map(schema, table, map) {
             Some(m) => RowsInner::Prefix(
-                m.range::<_, KeyBytes>((Bound::Included(KeyBytes::new(prefix)), Bound::Unbounded)),
+                m.range::<(Bound<&[u8]>, Bound<&[u8]>)>((
+                    Bound::Included(prefix),
+                    Bound::Unbounded,
+                )),
                 Key::from_encoded(prefix),
             ),
             None => RowsInner::One(None),
@@ -284,7 +289,7 @@ impl<'a> View<'a> {
             for (pk, row) in data.maps[0].iter() {
                 keys.clear();
                 def.map_keys(0, row, &mut keys);
-                if keys.first() != Some(pk) {
+                if keys.first().map(Key::as_bytes) != Some(pk) {
                     return Err(IndexInconsistency::MisplacedRow {
                         table: def.name.to_string(),
                         key: format!("{pk:?}"),
@@ -331,30 +336,24 @@ impl<'a> View<'a> {
     }
 }
 
-fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&KeyBytes> {
-    match b {
-        Bound::Included(v) => Bound::Included(KeyBytes::new(v)),
-        Bound::Excluded(v) => Bound::Excluded(KeyBytes::new(v)),
-        Bound::Unbounded => Bound::Unbounded,
-    }
+fn as_ref_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    b.as_ref().map(Vec::as_slice)
 }
 
 pub(crate) fn downcast<V: Any + Send + Sync>(row: &Row) -> Option<Arc<V>> {
     Arc::clone(row).downcast::<V>().ok()
 }
 
-type RangedIter<'a> = imbl::ordmap::RangedIter<'a, Key, Row, imbl::shared_ptr::DefaultSharedPtr>;
-
 enum RowsInner<'a> {
-    Range(RangedIter<'a>),
+    Range(MapIter<'a, Row>),
     /// From the first key with the prefix; ends at the first key without it.
-    Prefix(RangedIter<'a>, Key),
-    One(Option<(&'a Key, &'a Row)>),
+    Prefix(MapIter<'a, Row>, Key),
+    One(Option<(&'a [u8], &'a Row)>),
 }
 
 impl<'a> RowsInner<'a> {
     #[inline]
-    fn next_entry(&mut self) -> Option<(&'a Key, &'a Row)> {
+    fn next_entry(&mut self) -> Option<(&'a [u8], &'a Row)> {
         match self {
             RowsInner::Range(r) => r.next(),
             RowsInner::Prefix(r, prefix) => {
@@ -379,7 +378,7 @@ pub struct Rows<'a, V> {
 
 impl<'a, V: Any + Send + Sync> Rows<'a, V> {
     /// Iterates `(encoded key, row)` pairs instead of rows, borrowing the rows.
-    pub fn with_keys(mut self) -> impl Iterator<Item = (&'a Key, &'a V)> {
+    pub fn with_keys(mut self) -> impl Iterator<Item = (&'a [u8], &'a V)> {
         std::iter::from_fn(move || self.inner.next_entry())
             .filter_map(|(k, r)| r.downcast_ref::<V>().map(|v| (k, v)))
     }

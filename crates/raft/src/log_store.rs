@@ -85,12 +85,15 @@ pub struct LogStats {
 #[derive(Clone)]
 pub struct LogStore {
     shared: Arc<Shared>,
+    /// The directory's exclusive lock, until [`LogStore::close`] or the last clone is
+    /// dropped. Held by the handles only, not in `Shared`: the flusher thread briefly
+    /// holds `Shared` after each fsync, and a directory must be free again the moment
+    /// its last handle is gone.
+    lock: Arc<Mutex<Option<DirLock>>>,
 }
 
 struct Shared {
     dir: PathBuf,
-    /// The directory's exclusive lock, until [`LogStore::close`] (or the last clone).
-    lock: Mutex<Option<DirLock>>,
     options: LogOptions,
     log: Mutex<Log>,
     flusher: Mutex<Option<mpsc::Sender<LogFlushed<TypeConfig>>>>,
@@ -303,7 +306,6 @@ impl LogStore {
         let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
-            lock: Mutex::new(Some(lock)),
             options,
             log: Mutex::new({
                 let mut log = Log {
@@ -334,7 +336,13 @@ impl LogStore {
                 path: dir.to_path_buf(),
                 source,
             })?;
-        Ok((LogStore { shared }, report))
+        Ok((
+            LogStore {
+                shared,
+                lock: Arc::new(Mutex::new(Some(lock))),
+            },
+            report,
+        ))
     }
 
     /// Releases the directory's lock: the server using this log has stopped (its Raft
@@ -344,7 +352,7 @@ impl LogStore {
         log.poisoned.get_or_insert_with(|| "closed".into());
         drop(log);
         self.flush_barrier();
-        self.shared.lock.lock().take();
+        self.lock.lock().take();
     }
 
     /// The directory the log lives in.

@@ -421,7 +421,7 @@ fn check_view(sut: &Sut, view: View<'_>, m: &Version) {
     assert_eq!(rows, expected, "full iteration");
     assert_eq!(view.len(items), m.items.len());
     for (k, r) in view.iter(items).with_keys() {
-        assert_eq!(k, &Key::str(&r.id));
+        assert_eq!(k, Key::str(&r.id).as_bytes());
     }
 
     // Exact gets, present and absent.
