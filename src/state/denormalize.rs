@@ -3,7 +3,7 @@
 
 use std::cmp::Reverse;
 
-use crate::engine::Key;
+use crate::engine::KeyBuilder;
 use crate::model::{
     AllocListStub, Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
     CsiVolumeClaimState,
@@ -16,23 +16,26 @@ impl StateView<'_> {
     /// of its controller and node instances, newest (by modify index) first. Missing
     /// allocs and empty alloc ids are skipped.
     pub fn denormalize_csi_plugin(&self, plugin: &CsiPlugin) -> CsiPlugin {
-        // The alloc ids as encoded keys, sorted and deduplicated: sorting contiguous
-        // keys is cheaper than comparing scattered strings, and lookups in key order
-        // walk the allocs table from left to right, each sharing most of its path with
-        // the one before.
-        let mut keys: Vec<Key> = plugin
+        // The alloc ids sorted and deduplicated: lookups in key order walk the allocs
+        // table from left to right, each sharing most of its path with the one before.
+        // Encoded string keys sort as the strings do (`Key`'s encoding preserves
+        // order), so the ids are sorted as borrowed strings and each key is built on
+        // the stack only for its lookup.
+        let mut ids: Vec<&str> = plugin
             .controllers
             .iter()
             .chain(plugin.nodes.iter())
-            .map(|(_, info)| &info.alloc_id)
+            .map(|(_, info)| &*info.alloc_id)
             .filter(|id| !id.is_empty())
-            .map(|id| Key::str(id))
             .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        let mut stubs: Vec<AllocListStub> = keys
+        ids.sort_unstable();
+        ids.dedup();
+        let mut stubs: Vec<AllocListStub> = ids
             .iter()
-            .filter_map(|k| self.view.get_value(self.t.allocs, k))
+            .filter_map(|id| {
+                let key = KeyBuilder::new().str(id);
+                self.view.get_value(self.t.allocs, key.as_bytes())
+            })
             .map(Allocation::stub)
             .collect();
         // Newest first; the sort is stable, so ties stay in id order (deterministic).
