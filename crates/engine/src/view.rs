@@ -345,6 +345,9 @@ pub(crate) fn downcast<V: Any + Send + Sync>(row: &Row) -> Option<Arc<V>> {
     Arc::clone(row).downcast::<V>().ok()
 }
 
+// The range variant is two cursors (~260 bytes); a `Rows` lives on the caller's stack
+// for one scan, and boxing it would allocate on every scan.
+#[allow(clippy::large_enum_variant)]
 enum RowsInner<'a> {
     Range(MapIter<'a, Row>),
     One(Option<(&'a [u8], &'a Row)>),

@@ -3,13 +3,14 @@
 //! endpoint the servers talk to each other through.
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use schedstate_raft::wire::{RpcRequest, answer_rpc};
 
 use super::error::ApiError;
-use super::{AppState, json, query, with_index};
+use super::query::{Checked, OperatorRead, SnapshotRead};
+use super::{AppState, json, with_index};
 use crate::api::{AgentSelf, MAX_BODY_BYTES, PeerChange, RaftConfiguration, RaftServer};
 use crate::transport::RAFT_RPC_CONTENT_TYPE;
 
@@ -34,12 +35,8 @@ pub(crate) async fn peers(State(st): State<AppState>) -> Response {
 
 pub(crate) async fn raft_configuration(
     State(st): State<AppState>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<OperatorRead>,
 ) -> Response {
-    let p = match query::parse(q.as_deref(), &["pretty", "stale"]) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     let (nodes, voters) = st.server.members();
     let leader = st.server.leader();
     let index = st
@@ -104,10 +101,7 @@ pub(crate) async fn change_peer(State(st): State<AppState>, body: Body) -> Respo
     }
 }
 
-pub(crate) async fn snapshot(State(st): State<AppState>, RawQuery(q): RawQuery) -> Response {
-    if let Err(e) = query::parse(q.as_deref(), &["stale"]) {
-        return e.into_response();
-    }
+pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked<SnapshotRead>) -> Response {
     // The guard made this consistent (or it is stale by request).
     let snap = st.server.read_stale();
     let index = snap.view().last_applied();

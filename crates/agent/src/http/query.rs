@@ -2,7 +2,11 @@
 //! unknown one, a bad number or a bad duration is a 400 naming it — a typo must not
 //! silently turn a blocking query into an immediate one.
 
+use std::marker::PhantomData;
 use std::time::Duration;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 
 use super::error::ApiError;
 
@@ -11,6 +15,9 @@ use super::error::ApiError;
 pub struct Params {
     /// `index=N`: block until past N.
     pub index: u64,
+    /// Whether `index` was given at all (the event stream starts at the next write
+    /// without one, after write 0 with `index=0`).
+    pub has_index: bool,
     /// `wait=30s`: block at most this long.
     pub wait: Option<Duration>,
     /// `stale`: answer from this server.
@@ -27,6 +34,52 @@ pub struct Params {
 
 /// What every read takes.
 pub const READ: &[&str] = &["index", "wait", "stale", "pretty"];
+
+/// The parameters one kind of endpoint takes (a marker type per list).
+pub trait Allowed {
+    /// The keys; any other is refused.
+    const KEYS: &'static [&'static str];
+}
+
+macro_rules! allowed {
+    ($($(#[$doc:meta])* $name:ident = $keys:expr;)*) => {$(
+        $(#[$doc])*
+        pub enum $name {}
+        impl Allowed for $name {
+            const KEYS: &'static [&'static str] = $keys;
+        }
+    )*};
+}
+
+allowed! {
+    /// A read: `index`, `wait`, `stale`, `pretty`.
+    Read = READ;
+    /// The volume list: a read's, `namespace` and `prefix`.
+    VolumeList = &["index", "wait", "stale", "pretty", "namespace", "prefix"];
+    /// One volume: a read's and `namespace`.
+    VolumeRead = &["index", "wait", "stale", "pretty", "namespace"];
+    /// A write: `pretty`.
+    Write = &["pretty"];
+    /// The event stream: `index` and `topic` (repeatable).
+    EventStream = &["index", "topic"];
+    /// An operator read answered as JSON: `pretty`, `stale`.
+    OperatorRead = &["pretty", "stale"];
+    /// The snapshot download: `stale`.
+    SnapshotRead = &["stale"];
+}
+
+/// The query parameters of a request, parsed with the keys `A` allows: a handler
+/// that takes a `Checked<A>` runs only when they are valid; otherwise the 400 that
+/// names the problem is answered before it.
+pub struct Checked<A>(pub Params, pub PhantomData<A>);
+
+impl<A: Allowed, S: Send + Sync> FromRequestParts<S> for Checked<A> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        parse(parts.uri.query(), A::KEYS).map(|p| Checked(p, PhantomData))
+    }
+}
 
 fn flag(key: &str, value: &str) -> Result<bool, ApiError> {
     match value {
@@ -65,6 +118,7 @@ pub fn parse(raw: Option<&str>, allowed: &[&str]) -> Result<Params, ApiError> {
         }
         match &*key {
             "index" => {
+                p.has_index = true;
                 p.index = value.parse().map_err(|_| {
                     ApiError::bad_request(format!("index={value:?}: not a non-negative integer"))
                 })?;

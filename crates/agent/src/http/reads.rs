@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use schedstate::QueryOptions;
@@ -14,7 +14,7 @@ use schedstate::state::{StateView, Table};
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::query::{self, Params, READ};
+use super::query::{Checked, Params, Read, VolumeList, VolumeRead};
 use super::{AppState, Shared, json, redact};
 use crate::api::PluginListStub;
 
@@ -73,19 +73,11 @@ async fn blocking<T: Serialize>(
     }
 }
 
-fn params(raw: Option<String>, allowed: &[&str]) -> Result<Params, ApiError> {
-    query::parse(raw.as_deref(), allowed)
-}
-
 fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
     tables.iter().map(|t| v.table_index(*t)).max().unwrap_or(0)
 }
 
-pub(crate) async fn nodes(State(st): State<AppState>, RawQuery(q): RawQuery) -> Response {
-    let p = match params(q, READ) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+pub(crate) async fn nodes(State(st): State<AppState>, Checked(p, _): Checked<Read>) -> Response {
     blocking(&st, &p, unreachable_missing, |v| {
         let nodes: Vec<_> = v.nodes().collect();
         (v.table_index(Table::Nodes), Some(nodes))
@@ -104,12 +96,8 @@ fn unreachable_missing() -> ApiError {
 pub(crate) async fn node(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<Read>,
 ) -> Response {
-    let p = match params(q, READ) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     blocking(
         &st,
         &p,
@@ -122,12 +110,8 @@ pub(crate) async fn node(
 pub(crate) async fn node_allocations(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<Read>,
 ) -> Response {
-    let p = match params(q, READ) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     blocking(
         &st,
         &p,
@@ -149,12 +133,8 @@ pub(crate) async fn node_allocations(
 pub(crate) async fn allocation(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<Read>,
 ) -> Response {
-    let p = match params(q, READ) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     blocking(
         &st,
         &p,
@@ -164,11 +144,7 @@ pub(crate) async fn allocation(
     .await
 }
 
-pub(crate) async fn plugins(State(st): State<AppState>, RawQuery(q): RawQuery) -> Response {
-    let p = match params(q, READ) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+pub(crate) async fn plugins(State(st): State<AppState>, Checked(p, _): Checked<Read>) -> Response {
     blocking(&st, &p, unreachable_missing, |v| {
         let rows: Vec<PluginListStub> = v.csi_plugins().map(|p| PluginListStub::of(&p)).collect();
         (v.table_index(Table::CsiPlugins), Some(rows))
@@ -179,12 +155,8 @@ pub(crate) async fn plugins(State(st): State<AppState>, RawQuery(q): RawQuery) -
 pub(crate) async fn plugin(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<Read>,
 ) -> Response {
-    let p = match params(q, READ) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     blocking(
         &st,
         &p,
@@ -199,13 +171,10 @@ pub(crate) async fn plugin(
     .await
 }
 
-const VOLUMES: &[&str] = &["index", "wait", "stale", "pretty", "namespace", "prefix"];
-
-pub(crate) async fn volumes(State(st): State<AppState>, RawQuery(q): RawQuery) -> Response {
-    let p = match params(q, VOLUMES) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+pub(crate) async fn volumes(
+    State(st): State<AppState>,
+    Checked(p, _): Checked<VolumeList>,
+) -> Response {
     let prefix = p.prefix.clone().unwrap_or_default();
     let namespace = p.namespace.clone();
     blocking(&st, &p, unreachable_missing, |v| {
@@ -234,17 +203,11 @@ pub(crate) async fn volumes(State(st): State<AppState>, RawQuery(q): RawQuery) -
     .await
 }
 
-const VOLUME: &[&str] = &["index", "wait", "stale", "pretty", "namespace"];
-
 pub(crate) async fn volume(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<VolumeRead>,
 ) -> Response {
-    let p = match params(q, VOLUME) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     let namespace = p.namespace.clone().unwrap_or_else(|| "default".to_string());
     blocking(
         &st,

@@ -8,13 +8,14 @@
 use std::collections::VecDeque;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 
 use super::error::ApiError;
-use super::{AppState, query, with_index};
+use super::query::{Checked, EventStream};
+use super::{AppState, with_index};
 use crate::api::ErrorBody;
 use crate::events::{EventBuffer, Since, TopicFilter};
 
@@ -108,11 +109,10 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
     }
 }
 
-pub(crate) async fn events(State(st): State<AppState>, RawQuery(q): RawQuery) -> Response {
-    let p = match query::parse(q.as_deref(), &["index", "topic"]) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
+pub(crate) async fn events(
+    State(st): State<AppState>,
+    Checked(p, _): Checked<EventStream>,
+) -> Response {
     let mut filter = TopicFilter::default();
     for t in &p.topics {
         if let Err(why) = filter.add(t) {
@@ -120,10 +120,7 @@ pub(crate) async fn events(State(st): State<AppState>, RawQuery(q): RawQuery) ->
         }
     }
     // Without an index, the stream starts with the next write.
-    let has_index = q
-        .as_deref()
-        .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "index"));
-    let cursor = if has_index {
+    let cursor = if p.has_index {
         p.index
     } else {
         *st.events.subscribe().borrow()

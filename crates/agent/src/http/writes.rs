@@ -9,13 +9,14 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use schedstate::state::Command;
 
 use super::error::ApiError;
-use super::{AppState, json, query};
+use super::query::{Checked, Write};
+use super::{AppState, json};
 use crate::api::{MAX_BODY_BYTES, WriteResponse};
 
 /// How long a write waits for a leader to be elected before answering 503.
@@ -52,13 +53,9 @@ async fn read_command(body: Body) -> Result<Command, ApiError> {
 
 pub(crate) async fn command(
     State(st): State<AppState>,
-    RawQuery(q): RawQuery,
+    Checked(p, _): Checked<Write>,
     body: Body,
 ) -> Response {
-    let p = match query::parse(q.as_deref(), &["pretty"]) {
-        Ok(p) => p,
-        Err(e) => return e.into_response(),
-    };
     let command = match read_command(body).await {
         Ok(c) => c,
         Err(e) => return e.into_response(),
