@@ -129,12 +129,12 @@ fn offset(n: usize) -> u32 {
     u32::try_from(n).expect("PMap: the keys of one node exceed 4 GiB")
 }
 
-/// Grows `v` to hold `more` further elements: by a quarter at least, without the
+/// Grows `v` to hold `more` further elements: by an eighth at least, without the
 /// doubling of `Vec`, so that nodes mutated in place keep little spare capacity.
 #[inline]
 pub(super) fn grow<T>(v: &mut Vec<T>, more: usize) {
     if v.capacity() - v.len() < more {
-        v.reserve_exact(more.max(v.len() / 4));
+        v.reserve_exact(more.max(v.len() / 8));
     }
 }
 
