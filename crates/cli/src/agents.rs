@@ -323,10 +323,23 @@ impl Backend for Remote {
                     let unknown = !e.changed_nothing();
                     self.find_leader()?;
                     if unknown {
-                        // It may have committed: take the cluster's state as it is
-                        // rather than write it twice.
+                        // It may have committed. The demo is the only writer, so a
+                        // table index past the last acknowledged write's means it did:
+                        // take the cluster's state rather than write it twice. If no
+                        // table moved, it was lost with the old leader (the consistent
+                        // read behind `resync` waits for the new leader to commit in
+                        // its own term, which settles every earlier entry): send it
+                        // again, or later commands would refer to rows never written.
+                        let before = self.mirror.snapshot().view().latest_index();
                         self.resync()?;
-                        return Ok(self.mirror.snapshot().view().last_applied());
+                        let after = self.mirror.snapshot().view().latest_index();
+                        if after > before {
+                            self.acked += 1;
+                            if let Some(t) = self.outage.take() {
+                                self.last_outage = Some(t.elapsed());
+                            }
+                            return Ok(self.mirror.snapshot().view().last_applied());
+                        }
                     }
                 }
             }
