@@ -47,7 +47,8 @@ fn concurrent(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let snap = ctx.store.snapshot();
-                let a = snap.view().alloc(&ds.alloc_ids[r.intn(n_allocs)]);
+                // Borrowed, as the peer's `First` hands out a pointer.
+                let a = snap.view().alloc_ref(&ds.alloc_ids[r.intn(n_allocs)]);
                 assert!(a.is_some(), "concurrent: missing alloc");
                 n += 1;
             }

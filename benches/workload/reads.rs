@@ -63,7 +63,8 @@ fn point_reads(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
     let mut found = 0usize;
     let t0 = Instant::now();
     for _ in 0..f.reads {
-        if black_box(v.alloc(&ds.alloc_ids[r.intn(n_allocs)])).is_some() {
+        // Borrowed, as the peer's `First` hands out a pointer: the row is not touched.
+        if black_box(v.alloc_ref(&ds.alloc_ids[r.intn(n_allocs)])).is_some() {
             found += 1;
         }
     }
@@ -71,6 +72,25 @@ fn point_reads(ctx: &Ctx, rep: &mut Reporter, f: &Flags) {
     assert_eq!(found, f.reads, "point_read: missing alloc");
     rep.emit(
         "point_read_alloc",
+        ns(el) / f.reads as f64,
+        f.reads as u64,
+        &[],
+    );
+
+    // The same reads as shared rows (`Arc`): the reference count is on the row's
+    // first cache line, so each read also loads the row (schedstate only).
+    let mut r = SplitMix64(1001);
+    let mut found = 0usize;
+    let t0 = Instant::now();
+    for _ in 0..f.reads {
+        if black_box(v.alloc(&ds.alloc_ids[r.intn(n_allocs)])).is_some() {
+            found += 1;
+        }
+    }
+    let el = t0.elapsed();
+    assert_eq!(found, f.reads, "point_read: missing alloc");
+    rep.emit(
+        "point_read_alloc_shared",
         ns(el) / f.reads as f64,
         f.reads as u64,
         &[],

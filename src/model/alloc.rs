@@ -54,8 +54,7 @@ pub struct Allocation {
     pub namespace: Id,
     /// The job the allocation belongs to.
     pub job_id: Id,
-    /// The task group of the job the allocation runs (shared, like the ids: a stub
-    /// copies a pointer, not the text).
+    /// The task group of the job the allocation runs.
     pub task_group: Id,
     /// The node the allocation is placed on.
     pub node_id: Id,
@@ -93,45 +92,6 @@ impl Allocation {
     pub fn terminal(&self) -> bool {
         self.server_terminal() || self.client_terminal()
     }
-
-    /// The list stub of the allocation.
-    pub fn stub(&self) -> AllocListStub {
-        AllocListStub {
-            id: self.id.clone(),
-            namespace: self.namespace.clone(),
-            job_id: self.job_id.clone(),
-            task_group: self.task_group.clone(),
-            node_id: self.node_id.clone(),
-            desired_status: self.desired_status,
-            client_status: self.client_status,
-            create_index: self.create_index,
-            modify_index: self.modify_index,
-        }
-    }
-}
-
-/// The summary of an allocation used in listings and denormalized rows.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AllocListStub {
-    /// The allocation's id.
-    pub id: Id,
-    /// The namespace of the job.
-    pub namespace: Id,
-    /// The job the allocation belongs to.
-    pub job_id: Id,
-    /// The task group of the job the allocation runs (shared, like the ids: a stub
-    /// copies a pointer, not the text).
-    pub task_group: Id,
-    /// The node the allocation is placed on.
-    pub node_id: Id,
-    /// What the servers want the allocation to do.
-    pub desired_status: DesiredStatus,
-    /// What the client reports the allocation is doing.
-    pub client_status: ClientStatus,
-    /// The index of the write that created the allocation.
-    pub create_index: u64,
-    /// The index of the last write that changed the allocation.
-    pub modify_index: u64,
 }
 
 #[cfg(test)]
@@ -171,20 +131,6 @@ mod tests {
                 assert_eq!(a.terminal(), server || client_t, "{desired:?}/{client:?}");
             }
         }
-    }
-
-    #[test]
-    fn stub_copies_the_summary_fields() {
-        let a = alloc(DesiredStatus::Stop, ClientStatus::Running);
-        let s = a.stub();
-        assert_eq!(s.id, a.id);
-        assert_eq!(s.namespace, a.namespace);
-        assert_eq!(s.job_id, a.job_id);
-        assert_eq!(s.task_group, a.task_group);
-        assert_eq!(s.node_id, a.node_id);
-        assert_eq!(s.desired_status, a.desired_status);
-        assert_eq!(s.client_status, a.client_status);
-        assert_eq!((s.create_index, s.modify_index), (3, 7));
     }
 
     #[test]

@@ -12,13 +12,15 @@ mod csi_info;
 mod fingerprints;
 mod node;
 mod plugin;
+mod stub;
 mod volume;
 
-pub use alloc::{AllocListStub, Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
+pub use alloc::{Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
 pub use csi_info::{CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiTopology};
 pub use fingerprints::Fingerprints;
 pub use node::{Node, NodeStatus};
 pub use plugin::{CsiPlugin, PluginInstances};
+pub use stub::AllocListStub;
 pub use volume::{
     CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
     CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState,

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 
 use crate::engine::KeyBuilder;
 use crate::model::{
-    AllocListStub, Allocation, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
+    AllocListStub, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
     CsiVolumeClaimState,
 };
 
@@ -34,9 +34,9 @@ impl StateView<'_> {
             .iter()
             .filter_map(|id| {
                 let key = KeyBuilder::new().str(id);
-                self.view.get_value(self.t.allocs, key.as_bytes())
+                self.view.get(self.t.allocs, key.as_bytes())
             })
-            .map(Allocation::stub)
+            .map(AllocListStub::new)
             .collect();
         // Newest first; the sort is stable, so ties stay in id order (deterministic).
         stubs.sort_by_key(|s| Reverse(s.modify_index));

@@ -5,7 +5,8 @@
 //! read, so a blocking query wakes only when that changes.
 //!
 //! Names follow one scheme: a read named after a row kind (`node`, `csi_plugin`,
-//! `csi_volume`) returns the stored row, shared (`Arc<T>`); `…_denormalized` returns
+//! `csi_volume`) returns the stored row, shared (`Arc<T>`); `…_ref` borrows the same
+//! row from the snapshot without counting a reference; `…_denormalized` returns
 //! a new value with the fields derived from other tables filled in;
 //! `denormalize_…` fills them in for a row already in hand.
 
@@ -47,6 +48,13 @@ impl<'a> StateView<'a> {
         self.view.get(self.t.nodes, &Key::str(id))
     }
 
+    /// The node with exactly this id, borrowed from the snapshot (see
+    /// [`alloc_ref`](Self::alloc_ref)).
+    pub fn node_ref(&self, id: &str) -> Option<&'a Node> {
+        self.view
+            .get_value(self.t.nodes, KeyBuilder::new().str(id).as_bytes())
+    }
+
     /// Every node, in id order.
     pub fn nodes(&self) -> impl Iterator<Item = Arc<Node>> + 'a {
         self.view.iter(self.t.nodes)
@@ -55,6 +63,28 @@ impl<'a> StateView<'a> {
     /// The allocation with exactly this id.
     pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
         self.view.get(self.t.allocs, &Key::str(id))
+    }
+
+    /// The allocation with exactly this id, borrowed from the snapshot. Unlike
+    /// [`alloc`](Self::alloc) no reference count is touched, so the lookup reads
+    /// nothing of the row itself: the cheaper call when a field or two is all the
+    /// caller wants. The borrow lives as long as the snapshot.
+    ///
+    /// ```
+    /// use schedstate::model::Allocation;
+    /// use schedstate::state::{Command, StateStore};
+    ///
+    /// let store = StateStore::new();
+    /// let alloc = Allocation { id: "a1".into(), node_id: "n1".into(), ..Default::default() };
+    /// store.apply(1, &Command::UpsertAllocs { allocs: vec![alloc] }).unwrap();
+    /// let snap = store.snapshot();
+    /// let view = snap.view();
+    /// assert_eq!(view.alloc_ref("a1").map(|a| &*a.node_id), Some("n1"));
+    /// assert!(view.alloc_ref("a2").is_none());
+    /// ```
+    pub fn alloc_ref(&self, id: &str) -> Option<&'a Allocation> {
+        self.view
+            .get_value(self.t.allocs, KeyBuilder::new().str(id).as_bytes())
     }
 
     /// Every allocation, in id order.
@@ -85,6 +115,13 @@ impl<'a> StateView<'a> {
         self.view.get(self.t.plugins, &Key::str(id))
     }
 
+    /// The plugin with exactly this id as stored, borrowed from the snapshot (see
+    /// [`alloc_ref`](Self::alloc_ref)).
+    pub fn csi_plugin_ref(&self, id: &str) -> Option<&'a CsiPlugin> {
+        self.view
+            .get_value(self.t.plugins, KeyBuilder::new().str(id).as_bytes())
+    }
+
     /// The plugin with exactly this id, denormalized: its `allocations` hold the
     /// stubs of the allocations running its instances (see
     /// [`denormalize_csi_plugin`](Self::denormalize_csi_plugin)).
@@ -109,6 +146,13 @@ impl<'a> StateView<'a> {
     /// The volume `(namespace, id)` exactly as stored.
     pub fn csi_volume(&self, namespace: &str, id: &str) -> Option<Arc<CsiVolume>> {
         self.view.get(self.t.volumes, &volume_key(namespace, id))
+    }
+
+    /// The volume `(namespace, id)` as stored, borrowed from the snapshot (see
+    /// [`alloc_ref`](Self::alloc_ref)).
+    pub fn csi_volume_ref(&self, namespace: &str, id: &str) -> Option<&'a CsiVolume> {
+        self.view
+            .get_value(self.t.volumes, &volume_key(namespace, id))
     }
 
     /// The volume `(namespace, id)`, denormalized from its plugin and with its past
