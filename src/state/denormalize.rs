@@ -5,8 +5,7 @@ use std::cmp::Reverse;
 
 use crate::engine::KeyBuilder;
 use crate::model::{
-    AllocListStub, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
-    CsiVolumeClaimState,
+    AllocListStub, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState,
 };
 
 use super::StateView;
