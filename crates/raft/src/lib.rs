@@ -66,6 +66,7 @@
 #![allow(clippy::result_large_err)]
 
 mod batcher;
+mod committed;
 mod error;
 mod log_format;
 mod log_store;
@@ -84,6 +85,7 @@ use std::sync::Arc;
 
 use schedstate::state::Command;
 
+pub use committed::RAFT_COMMITTED_MAGIC;
 pub use error::{ClusterError, OpenError, ProposeError};
 pub use log_format::{RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION};
 pub use log_store::{LogOpenReport, LogOptions, LogStats, LogStore};

@@ -14,6 +14,11 @@
 //!   segment that also holds later ones) are skipped when the log is opened.
 //! - the **vote** lives in the metadata file, written atomically and fsynced before
 //!   `save_vote` returns.
+//! - the **committed** log id openraft reports (`save_committed`) is written by the
+//!   flusher thread to its own small file (`committed.rs`), clamped to what the log
+//!   has made durable; a restart reads it back (`read_committed`) and openraft
+//!   re-applies the committed entries after the snapshot before the server serves,
+//!   with or without a leader.
 //!
 //! The newest entries are also kept in memory, up to a budget of record bytes
 //! ([`LogOptions::cache_bytes`]): replication and apply read recent entries without
@@ -37,6 +42,7 @@ use schedstate::persist::segment::{
 };
 use schedstate::persist::{DirLock, PersistError};
 
+use crate::committed::{self, CommittedFile};
 use crate::log_format::{
     RAFT_LOG_FORMAT, RaftMeta, RaftRecord, meta_path, parse_segment_name, segment_name,
 };
@@ -96,13 +102,46 @@ struct Shared {
     dir: PathBuf,
     options: LogOptions,
     log: Mutex<Log>,
-    flusher: Mutex<Option<mpsc::Sender<LogFlushed<TypeConfig>>>>,
+    flusher: Mutex<Option<mpsc::Sender<FlushMsg>>>,
+    /// The committed pointer: what openraft last reported, what the log had made
+    /// durable at its last fsync, and the file. Written by the flusher thread.
+    committed: Mutex<Committed>,
     /// Flush requests sent and completed, for the barrier truncate and purge wait at.
     flushes: Mutex<(u64, u64)>,
     flushed: Condvar,
     appends: AtomicU64,
     entries: AtomicU64,
     fsyncs: AtomicU64,
+}
+
+/// What the flusher thread is asked to do.
+enum FlushMsg {
+    /// Fsync what has been appended, then tell openraft.
+    Flush(LogFlushed<TypeConfig>),
+    /// openraft reported a new committed log id: record it (no fsync).
+    Committed,
+}
+
+struct Committed {
+    /// The last committed log id openraft reported.
+    reported: Option<LogId<NodeId>>,
+    /// The last entry the log had written when its latest fsync began (durable since).
+    durable: Option<LogId<NodeId>>,
+    file: CommittedFile,
+}
+
+impl Committed {
+    /// The newest entry that is both committed and durable here: the reported
+    /// committed id if the log has made it durable, else the last durable entry if
+    /// that lies before it (entries up to a committed index are committed too, and
+    /// are never truncated).
+    fn durable_committed(&self) -> Option<LogId<NodeId>> {
+        match (self.reported, self.durable) {
+            (Some(c), Some(d)) if c.index <= d.index => Some(c),
+            (Some(_), Some(d)) => Some(d),
+            _ => None,
+        }
+    }
 }
 
 /// One entry after the purge point: where its record is, and the entry itself while
@@ -303,7 +342,25 @@ impl LogStore {
             }
         };
 
-        let (tx, rx) = mpsc::channel::<LogFlushed<TypeConfig>>();
+        let recovered_committed = committed::read(dir).and_then(|c| {
+            let first = entries.front().map(|e| e.log_id.index)?;
+            let found = c
+                .index
+                .checked_sub(first)
+                .and_then(|pos| entries.get(pos as usize))
+                .map(|e| e.log_id);
+            if found == Some(c) {
+                Some(c)
+            } else {
+                // Before the first entry (purged: the snapshot holds it), past the
+                // last, or naming another entry: re-apply nothing beyond the snapshot.
+                if c.index >= first {
+                    tracing::warn!(committed = %c, "raft log: the committed pointer names no entry of the log; ignored");
+                }
+                None
+            }
+        });
+        let (tx, rx) = mpsc::channel::<FlushMsg>();
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             options,
@@ -322,6 +379,11 @@ impl LogStore {
                 log
             }),
             flusher: Mutex::new(Some(tx)),
+            committed: Mutex::new(Committed {
+                reported: recovered_committed,
+                durable: recovered_committed,
+                file: CommittedFile::open(dir, recovered_committed),
+            }),
             flushes: Mutex::new((0, 0)),
             flushed: Condvar::new(),
             appends: AtomicU64::new(0),
@@ -480,30 +542,46 @@ impl LogStore {
 }
 
 /// The flusher: one fsync for every append that arrived while the previous one ran.
-fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<LogFlushed<TypeConfig>>) {
+///
+/// After each fsync, and when openraft reports a new committed log id, it also
+/// updates the committed pointer (no fsync of its own; see `committed.rs`).
+fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<FlushMsg>) {
     while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
+        let mut batch = Vec::new();
+        for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            if let FlushMsg::Flush(cb) = msg {
+                batch.push(cb);
+            }
         }
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let handle = {
+        if batch.is_empty() {
+            shared.record_committed();
+            continue;
+        }
+        let (handle, last) = {
             let log = shared.log.lock();
-            match &log.poisoned {
+            let last = log.entries.back().map(|e| e.log_id);
+            let handle = match &log.poisoned {
                 Some(why) => Err(std::io::Error::other(format!(
                     "the raft log is poisoned: {why}"
                 ))),
                 None => log.writer.sync_handle().map_err(std::io::Error::other),
-            }
+            };
+            (handle, last)
         };
         let result = handle.and_then(|(file, path)| {
             segment::sync_file(&file, &path).map_err(std::io::Error::other)
         });
         shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = &result {
-            shared.log.lock().poisoned = Some(e.to_string());
+        match &result {
+            Err(e) => shared.log.lock().poisoned = Some(e.to_string()),
+            Ok(()) => {
+                // Everything written before the fsync began is durable now.
+                shared.committed.lock().durable = last;
+                shared.record_committed();
+            }
         }
         let n = batch.len() as u64;
         for cb in batch {
@@ -650,6 +728,30 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.shared.log.lock().meta.vote())
     }
 
+    /// Remembers the committed log id; the flusher thread writes it out once the log
+    /// has made it durable. Never waits for the disk.
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<NodeId>>,
+    ) -> Result<(), StorageError<NodeId>> {
+        let Some(committed) = committed else {
+            return Ok(());
+        };
+        self.shared.committed.lock().reported = Some(committed);
+        if let Some(tx) = self.shared.flusher.lock().as_ref() {
+            // A stopped flusher only means the pointer stays where it was.
+            let _ = tx.send(FlushMsg::Committed);
+        }
+        Ok(())
+    }
+
+    /// The committed log id: at open (when openraft asks, to re-apply the entries
+    /// up to it before the server starts) the one found on disk and checked against
+    /// the log; later, the last one reported.
+    async fn read_committed(&mut self) -> Result<Option<LogId<NodeId>>, StorageError<NodeId>> {
+        Ok(self.shared.committed.lock().reported)
+    }
+
     async fn append<I>(
         &mut self,
         entries: I,
@@ -664,7 +766,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         match sender {
             Some(tx) => {
                 self.shared.flushes.lock().0 += 1;
-                if let Err(mpsc::SendError(cb)) = tx.send(callback) {
+                if let Err(mpsc::SendError(FlushMsg::Flush(cb))) =
+                    tx.send(FlushMsg::Flush(callback))
+                {
                     self.shared.flushes.lock().1 += 1;
                     cb.log_io_completed(Err(std::io::Error::other("the raft log flusher stopped")));
                 }
@@ -765,6 +869,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             tracing::warn!(error = %e, "raft log: removing purged segments failed");
         }
         Ok(())
+    }
+}
+
+impl Shared {
+    /// Writes the committed pointer if it moved (flusher thread only).
+    fn record_committed(&self) {
+        let mut c = self.committed.lock();
+        if let Some(id) = c.durable_committed() {
+            c.file.write(id);
+        }
     }
 }
 

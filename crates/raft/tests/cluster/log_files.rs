@@ -109,3 +109,77 @@ async fn a_missing_segment_is_noticed() {
         Ok(_) => panic!("a log with a hole opened"),
     }
 }
+
+fn id(index: u64) -> LogId<schedstate_raft::NodeId> {
+    LogId::new(CommittedLeaderId::new(1, 1), index)
+}
+
+#[tokio::test]
+async fn the_committed_pointer_survives_a_reopen_and_never_names_more_than_the_log_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), None);
+    log.blocking_append((0..10).map(entry)).await.unwrap();
+    log.save_committed(Some(id(7))).await.unwrap();
+    // The flusher writes the pointer after the next fsync, before it acknowledges it.
+    log.blocking_append([entry(10)]).await.unwrap();
+    drop(log);
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(id(7)));
+
+    // Reported past what the log has made durable: the pointer stops at the last
+    // durable entry (entries below a committed index are committed).
+    log.save_committed(Some(id(40))).await.unwrap();
+    log.blocking_append([entry(11)]).await.unwrap();
+    drop(log);
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(id(11)));
+    drop(log);
+
+    // A pointer naming an entry the log no longer holds (its file cut short) is
+    // ignored: nothing beyond the snapshot is re-applied.
+    let mut files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    files.sort();
+    let last = files.last().unwrap();
+    let len = std::fs::metadata(last).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(last)
+        .unwrap()
+        .set_len(len - 5)
+        .unwrap();
+    let (mut log, report) = LogStore::open(dir.path(), options()).unwrap();
+    assert!(report.torn_bytes > 0);
+    assert_eq!(log.read_committed().await.unwrap(), None);
+    drop(log);
+
+    // A damaged pointer file is ignored too.
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    log.save_committed(Some(id(9))).await.unwrap();
+    log.blocking_append([entry(11)]).await.unwrap();
+    drop(log);
+    let pointer = dir.path().join("raft-committed");
+    let mut bytes = std::fs::read(&pointer).unwrap();
+    assert_eq!(&bytes[..8], schedstate_raft::RAFT_COMMITTED_MAGIC);
+    bytes[30] ^= 0x10;
+    std::fs::write(&pointer, &bytes).unwrap();
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_pointer_behind_the_purge_point_is_left_to_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    log.blocking_append((0..30).map(entry)).await.unwrap();
+    log.save_committed(Some(id(5))).await.unwrap();
+    log.blocking_append([entry(30)]).await.unwrap();
+    log.purge(id(20)).await.unwrap();
+    drop(log);
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), None);
+}

@@ -293,3 +293,51 @@ async fn a_data_directory_serves_one_server_at_a_time() {
     assert!(back.last_applied() > 0);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_restarted_server_serves_its_committed_writes_without_a_leader() {
+    let cluster = Cluster::start(3, ServerOptions::default()).await;
+    let mut last = 0;
+    for seq in 0..40 {
+        last = propose_until_known(&cluster, &marker_node("lone", seq)).await;
+    }
+    let leader = cluster.wait_leader(&[]).await.id();
+    // The leader writes its committed pointer off the write path; wait until it
+    // names the last write (liveness only).
+    let pointer = cluster.dir(leader).join("raft-committed");
+    let start = Instant::now();
+    loop {
+        let named = std::fs::read(&pointer).ok().and_then(|b| {
+            let index: [u8; 8] = b.get(24..32)?.try_into().ok()?;
+            Some(u64::from_le_bytes(index))
+        });
+        if named.is_some_and(|i| i >= last) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the pointer stayed at {named:?}, want {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for id in 1..=3 {
+        cluster.crash(id).await;
+    }
+    // Only the old leader comes back: no quorum, so no leader will tell it what is
+    // committed. It re-applies its own committed entries while opening.
+    let back = cluster.open(leader).await;
+    assert!(
+        back.last_applied() >= last,
+        "applied {} of {last} after a lone restart",
+        back.last_applied()
+    );
+    let snap = back.read_stale();
+    for seq in 0..40 {
+        let id = format!("lone-{seq}");
+        assert!(
+            snap.view().node(&id).is_some(),
+            "{id} missing after a lone restart"
+        );
+    }
+    cluster.shutdown().await;
+}
