@@ -725,31 +725,40 @@ fn states_equal(cluster: &Cluster) -> bool {
 /// or after the write's index, and when the write is the node's last modification, the
 /// node carries its fingerprint. Returns (missing, checked exactly).
 fn check_acks(cluster: &Cluster, ds: &Dataset, acks: &[Ack]) -> (u64, u64) {
-    let mut last: HashMap<usize, (u64, usize, u64)> = HashMap::new();
+    // Per node: its newest commit index and every write acknowledged at it. Batched
+    // proposals put several commands in one entry, all acknowledged with the entry's
+    // index; two of them may rewrite the same node (each from the node it read), and
+    // the state then holds whichever the entry applied last. So the node must be at
+    // that index holding one of them.
+    let mut last: HashMap<usize, (u64, Vec<(usize, u64)>)> = HashMap::new();
     for &(i, k, id, index) in acks {
-        let e = last.entry(i).or_insert((index, k, id));
+        let e = last.entry(i).or_insert((index, Vec::new()));
         if index > e.0 {
-            *e = (index, k, id);
+            *e = (index, Vec::new());
+        }
+        if index == e.0 {
+            e.1.push((k, id));
         }
     }
     let mut missing = 0;
     let mut exact = 0;
     for s in cluster.live() {
         let snap = s.read_stale();
-        for (&i, &(index, k, id)) in &last {
+        for (&i, (index, writes)) in &last {
             let Some(node) = snap.view().node(&ds.node_ids[i]) else {
                 missing += 1;
                 continue;
             };
-            if node.modify_index < index {
+            if node.modify_index < *index {
                 missing += 1;
-            } else if node.modify_index == index {
-                let plugin = &ds.plugin_ids[ds.node_plugins[i][k]];
-                let ok = node
-                    .csi_node_plugins
-                    .get(plugin)
-                    .is_some_and(|fp| fp.update_time == id);
-                if ok {
+            } else if node.modify_index == *index {
+                let holds = |&(k, id): &(usize, u64)| {
+                    let plugin = &ds.plugin_ids[ds.node_plugins[i][k]];
+                    node.csi_node_plugins
+                        .get(plugin)
+                        .is_some_and(|fp| fp.update_time == id)
+                };
+                if writes.iter().any(holds) {
                     exact += 1;
                 } else {
                     missing += 1;
