@@ -160,6 +160,8 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
         return crate::cluster_demo::run(args, usize::from(n));
     }
     let dir = &args.data.dir;
+    // Before `--fresh`: a server's directory is neither read nor removed.
+    crate::output::refuse_server_dir(dir)?;
     if args.fresh {
         remove_data_dir(dir)?;
     }

@@ -41,9 +41,24 @@ fn one_line(s: &str) -> String {
     s.lines().collect::<Vec<_>>().join(" ")
 }
 
+/// Refuses a replicated server's data directory (a Raft log and snapshots): the
+/// single-store commands would read it as an empty store, and a write there would
+/// start a second log beside Raft's.
+pub fn refuse_server_dir(dir: &Path) -> Result<(), CliError> {
+    if schedstate_raft::is_server_dir(dir) {
+        return Err(err(format!(
+            "{} is a replicated server's directory (a Raft log), not a store's: read it through its agent (--address http://HOST:PORT; start one with `schedstate agent --data {}`)",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Loads a data directory without the lock and without changing it. A compaction
 /// running in a writer may delete a file between listing and reading; that is retried.
 pub fn open_read(dir: &Path) -> Result<(StateStore, OpenReport), CliError> {
+    refuse_server_dir(dir)?;
     let mut attempt = 0;
     loop {
         match DurableStore::open_read_only(dir) {

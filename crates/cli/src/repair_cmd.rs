@@ -17,6 +17,7 @@ pub struct RepairArgs {
 /// `repair`.
 pub fn run(args: &RepairArgs) -> Result<(), CliError> {
     let dir = &args.data.dir;
+    crate::output::refuse_server_dir(dir)?;
     let report = repair_data_dir(dir)?;
     if report.healthy {
         return emit(&format!(

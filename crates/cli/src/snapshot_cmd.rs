@@ -63,6 +63,7 @@ fn save(args: &FileArgs) -> Result<(), CliError> {
 
 fn restore(args: &FileArgs) -> Result<(), CliError> {
     let dir = &args.data.dir;
+    crate::output::refuse_server_dir(dir)?;
     let report = restore_data_dir(dir, &args.file)?;
     let kept = report.set_aside.map_or(String::new(), |p| {
         format!("; the replaced files are kept in {}", p.display())

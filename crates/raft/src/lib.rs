@@ -87,7 +87,9 @@ use schedstate::state::Command;
 
 pub use committed::RAFT_COMMITTED_MAGIC;
 pub use error::{ClusterError, OpenError, ProposeError};
-pub use log_format::{RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION};
+pub use log_format::{
+    RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION, is_server_dir,
+};
 pub use log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 pub use network::{BoxFuture, Network, RpcFailure, RpcResult};
 pub use observe::{ApplyEvent, ApplyObserver};

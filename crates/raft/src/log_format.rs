@@ -66,6 +66,30 @@ pub(crate) fn meta_path(dir: &Path) -> PathBuf {
     dir.join("raft-meta")
 }
 
+/// Whether `dir` is (or was) a replicated server's data directory: it holds a Raft
+/// metadata file or log segment. Tools that read a single store's directory use it to
+/// refuse one of these instead of reading it as an empty store (or writing a second
+/// log into it).
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// assert!(!schedstate_raft::is_server_dir(dir.path()));
+/// std::fs::write(dir.path().join("raft-meta"), b"").unwrap();
+/// assert!(schedstate_raft::is_server_dir(dir.path()));
+/// ```
+pub fn is_server_dir(dir: &Path) -> bool {
+    if meta_path(dir).exists() {
+        return true;
+    }
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| parse_segment_name(n).is_some())
+        })
+    })
+}
+
 /// One log entry as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct RaftRecord {

@@ -312,6 +312,41 @@ fn a_missing_directory_is_one_clear_error() {
 }
 
 #[test]
+fn a_replicated_servers_directory_is_refused_and_left_alone() {
+    let dir = TempDir::absent("server");
+    std::fs::create_dir_all(dir.path()).unwrap();
+    std::fs::write(dir.path().join("raft-00000000000000000001.log"), b"").unwrap();
+    let before: BTreeSet<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    for cmd in [
+        &["plugin", "status"][..],
+        &["volume", "status"],
+        &["node", "status"],
+        &["inspect"],
+        &["snapshot", "save", "/dev/null/x"],
+        &["demo", "--steps", "5"],
+        &["demo", "--fresh", "--steps", "5"],
+        &["repair"],
+        &["snapshot", "restore", "/dev/null/x"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.extend(["--data", dir.arg()]);
+        let e = fails(&args);
+        assert!(
+            e.contains("is a replicated server's directory") && e.contains("--address"),
+            "{args:?}: {e}"
+        );
+    }
+    let after: BTreeSet<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "a refused command wrote into the directory");
+}
+
+#[test]
 fn unknown_ids_are_errors() {
     let dir = TempDir::absent("unknown");
     demo(&dir, &["--steps", "40", "--sync", "never"]);
