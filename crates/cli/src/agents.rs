@@ -269,6 +269,21 @@ impl Remote {
         Ok(())
     }
 
+    /// [`resync`](Self::resync), asking again (the leader found anew) while the
+    /// cluster is still settling, until [`PATIENCE`] after `since`.
+    fn resync_patiently(&mut self, since: Instant) -> Result<(), CliError> {
+        loop {
+            match self.resync() {
+                Ok(()) => return Ok(()),
+                Err(e) if since.elapsed() > PATIENCE => return Err(e),
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    self.find_leader()?;
+                }
+            }
+        }
+    }
+
     /// The leader's whole state, read consistently.
     pub fn leader_state(&self) -> Result<StateSnapshot, CliError> {
         let c = &self.clients[self.leader];
@@ -331,7 +346,7 @@ impl Backend for Remote {
                         // its own term, which settles every earlier entry): send it
                         // again, or later commands would refer to rows never written.
                         let before = self.mirror.snapshot().view().latest_index();
-                        self.resync()?;
+                        self.resync_patiently(start)?;
                         let after = self.mirror.snapshot().view().latest_index();
                         if after > before {
                             self.acked += 1;
