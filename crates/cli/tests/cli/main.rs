@@ -290,19 +290,35 @@ fn read_commands_work_while_a_writer_holds_the_lock() {
     assert_eq!(load(&dir).0.snapshot().view().nodes().count(), 12);
 }
 
+/// The commands that read a data directory (`--data` is appended).
+const READ_COMMANDS: [&[&str]; 5] = [
+    &["plugin", "status"],
+    &["volume", "status"],
+    &["node", "status"],
+    &["inspect"],
+    &["snapshot", "save", "/dev/null/x"],
+];
+
+/// Runs `cmd --data DIR`, which must fail; its arguments and error line.
+fn fails_on<'a>(cmd: &[&'a str], dir: &'a TempDir) -> (Vec<&'a str>, String) {
+    let mut args = cmd.to_vec();
+    args.extend(["--data", dir.arg()]);
+    let e = fails(&args);
+    (args, e)
+}
+
+fn file_names(dir: &std::path::Path) -> BTreeSet<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect()
+}
+
 #[test]
 fn a_missing_directory_is_one_clear_error() {
     let dir = TempDir::absent("missing");
-    for cmd in [
-        &["plugin", "status"][..],
-        &["volume", "status"],
-        &["node", "status"],
-        &["inspect"],
-        &["snapshot", "save", "/dev/null/x"],
-    ] {
-        let mut args = cmd.to_vec();
-        args.extend(["--data", dir.arg()]);
-        let e = fails(&args);
+    for cmd in READ_COMMANDS {
+        let (args, e) = fails_on(cmd, &dir);
         assert_eq!(
             e,
             format!("error: {}: not a data directory", dir.arg()),
@@ -316,33 +332,21 @@ fn a_replicated_servers_directory_is_refused_and_left_alone() {
     let dir = TempDir::absent("server");
     std::fs::create_dir_all(dir.path()).unwrap();
     std::fs::write(dir.path().join("raft-00000000000000000001.log"), b"").unwrap();
-    let before: BTreeSet<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    for cmd in [
-        &["plugin", "status"][..],
-        &["volume", "status"],
-        &["node", "status"],
-        &["inspect"],
-        &["snapshot", "save", "/dev/null/x"],
+    let before = file_names(dir.path());
+    let writes: [&[&str]; 4] = [
         &["demo", "--steps", "5"],
         &["demo", "--fresh", "--steps", "5"],
         &["repair"],
         &["snapshot", "restore", "/dev/null/x"],
-    ] {
-        let mut args = cmd.to_vec();
-        args.extend(["--data", dir.arg()]);
-        let e = fails(&args);
+    ];
+    for cmd in READ_COMMANDS.iter().chain(&writes) {
+        let (args, e) = fails_on(cmd, &dir);
         assert!(
             e.contains("is a replicated server's directory") && e.contains("--address"),
             "{args:?}: {e}"
         );
     }
-    let after: BTreeSet<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
+    let after = file_names(dir.path());
     assert_eq!(before, after, "a refused command wrote into the directory");
 }
 
