@@ -104,8 +104,11 @@ struct Shared {
     log: Mutex<Log>,
     flusher: Mutex<Option<mpsc::Sender<FlushMsg>>>,
     /// The committed pointer: what openraft last reported, what the log had made
-    /// durable at its last fsync, and the file. Written by the flusher thread.
+    /// durable at its last fsync. `save_committed` (on Raft's task) only sets a field.
     committed: Mutex<Committed>,
+    /// The pointer's file: written by the flusher thread alone, outside `committed`,
+    /// so that `save_committed` never waits for a write.
+    committed_file: Mutex<CommittedFile>,
     /// Flush requests sent and completed, for the barrier truncate and purge wait at.
     flushes: Mutex<(u64, u64)>,
     flushed: Condvar,
@@ -127,7 +130,6 @@ struct Committed {
     reported: Option<LogId<NodeId>>,
     /// The last entry the log had written when its latest fsync began (durable since).
     durable: Option<LogId<NodeId>>,
-    file: CommittedFile,
 }
 
 impl Committed {
@@ -382,8 +384,8 @@ impl LogStore {
             committed: Mutex::new(Committed {
                 reported: recovered_committed,
                 durable: recovered_committed,
-                file: CommittedFile::open(dir, recovered_committed),
             }),
+            committed_file: Mutex::new(CommittedFile::open(dir, recovered_committed)),
             flushes: Mutex::new((0, 0)),
             flushed: Condvar::new(),
             appends: AtomicU64::new(0),
@@ -875,9 +877,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 impl Shared {
     /// Writes the committed pointer if it moved (flusher thread only).
     fn record_committed(&self) {
-        let mut c = self.committed.lock();
-        if let Some(id) = c.durable_committed() {
-            c.file.write(id);
+        let id = self.committed.lock().durable_committed();
+        if let Some(id) = id {
+            self.committed_file.lock().write(id);
         }
     }
 }
