@@ -12,8 +12,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::{AgentConfig, ConfigError};
 use crate::events::EventBuffer;
-use crate::http::{self, Shared};
+use crate::http;
 use crate::metrics::Metrics;
+use crate::service::{Gates, Service, is_fresh};
 use crate::transport::HttpTransport;
 
 /// Why an agent could not start.
@@ -39,16 +40,6 @@ pub enum AgentError {
     Http(#[from] reqwest::Error),
 }
 
-/// Whether `server` has never been part of a cluster: no membership, nothing logged,
-/// never voted.
-pub(crate) fn is_fresh(server: &Server) -> bool {
-    let metrics = server.raft().metrics();
-    let m = metrics.borrow();
-    m.membership_config.membership().nodes().next().is_none()
-        && m.last_log_index.is_none()
-        && m.current_term == 0
-}
-
 /// A running agent.
 ///
 /// ```no_run
@@ -72,6 +63,7 @@ pub struct Agent {
     stop: watch::Sender<bool>,
     http: JoinHandle<()>,
     tasks: Vec<JoinHandle<()>>,
+    fatal: watch::Receiver<Option<String>>,
 }
 
 impl Agent {
@@ -103,7 +95,13 @@ impl Agent {
         let metrics = Arc::new(Metrics::new());
         let mut options = config.server.clone();
         options.on_apply = Some(observer(events.clone(), metrics.clone()));
-        let transport = HttpTransport::new(config.token.clone())?;
+        if config.dev {
+            tracing::warn!(
+                "DEV MODE: INSECURE — Raft RPCs are taken from anyone who can reach {addr} \
+                 (no cluster key); serving loopback only. Never run --dev on a network."
+            );
+        }
+        let transport = HttpTransport::new(config.cluster_key.clone())?;
         let server = Server::open(config.id, &config.data, options, transport).await?;
         tracing::info!(
             id = config.id,
@@ -114,32 +112,34 @@ impl Agent {
         );
 
         let (stop, stopping) = watch::channel(false);
-        let shared = Arc::new(Shared {
+        let service = Arc::new(Service {
             server: server.clone(),
             events,
             metrics: metrics.clone(),
             token: config.token.clone(),
+            cluster_key: config.cluster_key.clone(),
+            dev: config.dev,
+            gates: Gates::new(&config.limits),
+            limits: config.limits.clone(),
             max_wait: config.max_wait,
             heartbeat: config.event_heartbeat,
             proxy: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(2))
                 .build()?,
             stopping: stopping.clone(),
+            fatal: std::sync::OnceLock::new(),
         });
-        let app = http::router(shared);
-        let mut until_stopped = stopping.clone();
-        let http = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = until_stopped.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "the HTTP server stopped");
-            }
-        });
+        let app = http::router(service.clone());
+        let http = tokio::spawn(http::serve(
+            listener,
+            app,
+            service.clone(),
+            stopping.clone(),
+        ));
+        let (fatal_tx, fatal) = watch::channel(None);
         let tasks = vec![
             tokio::spawn(watch_leader(server.clone(), metrics, stopping.clone())),
+            tokio::spawn(watch_health(service, fatal_tx, stopping.clone())),
             tokio::spawn(bootstrap(server.clone(), config, stopping)),
         ];
         Ok(Agent {
@@ -148,6 +148,7 @@ impl Agent {
             stop,
             http,
             tasks,
+            fatal,
         })
     }
 
@@ -159,6 +160,18 @@ impl Agent {
     /// The replicated server underneath.
     pub fn server(&self) -> &Server {
         &self.server
+    }
+
+    /// Resolves when Raft stopped for good under this agent (a storage error, a bug):
+    /// the agent then refuses every request with 503 `Stopped`, and its process should
+    /// exit non-zero (`schedstate agent` does) so that a supervisor restarts it. Never
+    /// resolves while the agent is healthy or after a normal [`shutdown`](Self::shutdown).
+    pub async fn failed(&self) -> String {
+        let mut fatal = self.fatal.clone();
+        match fatal.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Stops: no new requests, open blocking queries and streams answered or ended,
@@ -211,6 +224,49 @@ fn observer(events: Arc<EventBuffer>, metrics: Arc<Metrics>) -> ApplyObserver {
         #[allow(unreachable_patterns)]
         _ => {}
     })
+}
+
+/// Watches Raft's core: if it stops with a fatal error while the agent runs, logs it
+/// at error level, makes every request answer 503 `Stopped` and tells
+/// [`Agent::failed`]. A zombie that answers status but can never write is worse than
+/// a dead server: a supervisor restarts a dead one.
+async fn watch_health(
+    service: Arc<Service>,
+    fatal: watch::Sender<Option<String>>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut rx = service.server.raft().metrics();
+    loop {
+        let failed = match &rx.borrow_and_update().running_state {
+            Ok(()) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failed {
+            if *stopping.borrow() {
+                return; // a normal shutdown
+            }
+            tracing::error!(id = service.server.id(), error = %why, "Raft stopped: this server refuses every request and must be restarted");
+            let _ = service.fatal.set(why.clone());
+            let _ = fatal.send(Some(why));
+            return;
+        }
+        let ended = tokio::select! {
+            changed = rx.changed() => changed.is_err(),
+            _ = stopping.wait_for(|s| *s) => return,
+        };
+        if ended {
+            if !*stopping.borrow() {
+                let why = "Raft's core ended".to_string();
+                tracing::error!(
+                    id = service.server.id(),
+                    "Raft's core ended: this server refuses every request and must be restarted"
+                );
+                let _ = service.fatal.set(why.clone());
+                let _ = fatal.send(Some(why));
+            }
+            return;
+        }
+    }
 }
 
 /// Logs each leader change (one line) and counts it.

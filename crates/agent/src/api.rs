@@ -169,3 +169,13 @@ pub struct AgentSelf {
     /// The last log index applied to its store.
     pub last_applied: u64,
 }
+
+/// What a volume's secrets read as in every answer: secrets never leave the server.
+pub const REDACTED: &str = "<redacted>";
+
+/// Replaces every secret value of `v` with [`REDACTED`].
+pub(crate) fn redact(v: &mut schedstate::model::CsiVolume) {
+    for value in v.secrets.values_mut() {
+        *value = REDACTED.to_string();
+    }
+}

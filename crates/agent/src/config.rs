@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use schedstate_raft::ServerOptions;
 
+use crate::cluster_key::ClusterKey;
+
 /// A bad `--peers` list or configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -34,6 +36,24 @@ pub enum ConfigError {
     /// Id 0 is not a server id.
     #[error("server ids start at 1")]
     ZeroId,
+    /// Several servers and no way for them to know each other.
+    #[error(
+        "a cluster of {servers} servers needs a cluster key (--cluster-key-file; schedstate keygen \
+         makes one) so that only its servers can send Raft RPCs; --dev runs without one on loopback"
+    )]
+    NoClusterKey {
+        /// How many servers the peers list.
+        servers: usize,
+    },
+    /// `--dev` on an address other machines can reach.
+    #[error("--dev is insecure and serves loopback only; {0} is not a loopback address")]
+    DevNotLoopback(SocketAddr),
+    /// An empty token would turn authentication off without saying so.
+    #[error("the token is empty: give a token, or none at all")]
+    EmptyToken,
+    /// A limit of zero would refuse everything.
+    #[error("the limit {0} must be above zero")]
+    ZeroLimit(&'static str),
 }
 
 /// The servers of a cluster: id → address (`host:port`, API and Raft on one port).
@@ -95,9 +115,17 @@ pub struct AgentConfig {
     /// server is what the others dial; with `bind` on port 0 it is replaced by the
     /// bound address.
     pub peers: Peers,
-    /// When set, every request (API and Raft RPCs) must carry
-    /// `Authorization: Bearer <token>`.
+    /// When set, every API request must carry `Authorization: Bearer <token>`. A client
+    /// credential only: servers authenticate each other with the cluster key.
     pub token: Option<String>,
+    /// The key every server of the cluster holds; Raft RPCs without its MAC are
+    /// refused. Required when the peers list more than this server, unless `dev`.
+    pub cluster_key: Option<ClusterKey>,
+    /// Development mode: several servers without a cluster key (Raft RPCs accepted
+    /// from anyone who can reach the port). Loopback addresses only; logged loudly.
+    pub dev: bool,
+    /// Connections, sizes, timeouts and concurrent work the agent accepts.
+    pub limits: Limits,
     /// The Raft and log options.
     pub server: ServerOptions,
     /// How many committed writes the event stream keeps for clients that reconnect.
@@ -119,6 +147,9 @@ impl AgentConfig {
             data,
             peers,
             token: None,
+            cluster_key: None,
+            dev: false,
+            limits: Limits::default(),
             server: ServerOptions::default(),
             event_buffer: 10_000,
             event_heartbeat: Duration::from_secs(10),
@@ -126,11 +157,24 @@ impl AgentConfig {
         }
     }
 
-    /// Checks the id against the peers.
+    /// Checks the id against the peers, the cluster key against the number of
+    /// servers, `dev` against the address, and the limits.
     ///
     /// # Errors
-    /// [`ConfigError::ZeroId`], [`ConfigError::NotAPeer`].
+    /// [`ConfigError`].
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.token.as_deref() == Some("") {
+            return Err(ConfigError::EmptyToken);
+        }
+        if self.dev && !self.bind.ip().is_loopback() {
+            return Err(ConfigError::DevNotLoopback(self.bind));
+        }
+        if self.peers.0.len() > 1 && self.cluster_key.is_none() && !self.dev {
+            return Err(ConfigError::NoClusterKey {
+                servers: self.peers.0.len(),
+            });
+        }
+        self.limits.validate()?;
         if self.id == 0 {
             return Err(ConfigError::ZeroId);
         }
@@ -140,6 +184,81 @@ impl AgentConfig {
                 id: self.id,
                 known: known.join(", "),
             });
+        }
+        Ok(())
+    }
+}
+
+/// What one agent accepts before it answers `429 Too Many Requests` (work) or closes a
+/// connection (connections, timeouts). The defaults are in the README's configuration
+/// table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Open connections from one IP address (Nomad's default: 100). More are closed
+    /// as soon as they are accepted.
+    pub conns_per_client: usize,
+    /// Open connections in all. Above it, new ones are closed at once.
+    pub conns: usize,
+    /// A request's head must arrive within this; an idle keep-alive connection is
+    /// closed after it too (a slowloris client is cut off).
+    pub header_read_timeout: Duration,
+    /// A request's body must arrive within this.
+    pub body_timeout: Duration,
+    /// The largest write (`POST /v1/commands`) body.
+    pub write_body_bytes: usize,
+    /// Bytes of request bodies held at once, over all requests (writes, operator
+    /// calls, Raft RPCs).
+    pub body_bytes_in_flight: usize,
+    /// Blocking queries waiting at once.
+    pub blocking_queries: usize,
+    /// Event streams open at once.
+    pub event_streams: usize,
+    /// Snapshot downloads (`GET /v1/operator/snapshot`) at once.
+    pub snapshot_downloads: usize,
+}
+
+impl Default for Limits {
+    /// 100 connections per client, 16,384 in all, 10 s for a request head (and to
+    /// idle), 30 s for a body, 16 MiB per write, 512 MiB of bodies in flight, 16,384
+    /// blocking queries, 1,024 event streams, 2 snapshot downloads.
+    fn default() -> Self {
+        Limits {
+            conns_per_client: 100,
+            conns: 16_384,
+            header_read_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            write_body_bytes: 16 << 20,
+            body_bytes_in_flight: 512 << 20,
+            blocking_queries: 16_384,
+            event_streams: 1_024,
+            snapshot_downloads: 2,
+        }
+    }
+}
+
+impl Limits {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let counts = [
+            ("conns_per_client", self.conns_per_client),
+            ("conns", self.conns),
+            ("write_body_bytes", self.write_body_bytes),
+            ("body_bytes_in_flight", self.body_bytes_in_flight),
+            ("blocking_queries", self.blocking_queries),
+            ("event_streams", self.event_streams),
+            ("snapshot_downloads", self.snapshot_downloads),
+        ];
+        for (name, value) in counts {
+            if value == 0 {
+                return Err(ConfigError::ZeroLimit(name));
+            }
+        }
+        for (name, value) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_timeout", self.body_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::ZeroLimit(name));
+            }
         }
         Ok(())
     }

@@ -97,7 +97,7 @@ fn payload(row: &Row) -> serde_json::Value {
         Row::CsiPlugin(p) => serde_json::to_value(&**p),
         Row::CsiVolume(v) => {
             let mut v = (**v).clone();
-            crate::http::redact(&mut v);
+            crate::api::redact(&mut v);
             serde_json::to_value(&v)
         }
     };

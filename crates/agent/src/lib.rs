@@ -33,14 +33,19 @@
 mod agent;
 pub mod api;
 mod client;
+mod cluster_key;
 mod config;
 mod events;
 mod http;
 mod metrics;
+mod process;
+mod service;
 mod transport;
 
 pub use agent::{Agent, AgentError};
 pub use client::{Client, ClientError, Indexed, ReadOptions};
-pub use config::{AgentConfig, ConfigError, Peers};
+pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_BYTES};
+pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;
-pub use transport::{HttpTransport, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH};
+pub use process::raise_open_file_limit;
+pub use transport::{HttpTransport, MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH};

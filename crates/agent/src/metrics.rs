@@ -32,6 +32,11 @@ pub struct Metrics {
     pub blocking_waiting: Gauge,
     /// Event streams open now.
     pub event_streams: Gauge,
+    /// Raft RPCs refused (no or wrong cluster key, over a limit, malformed, failing
+    /// the checks before Raft).
+    pub raft_rpcs_refused: Counter,
+    /// Connections closed on accept: over the per-client or total limit.
+    pub connections_refused: Counter,
     // Read at scrape time.
     log_appends: Counter,
     log_entries: Counter,
@@ -57,6 +62,8 @@ impl Metrics {
             snapshots_installed: Counter::default(),
             blocking_waiting: Gauge::default(),
             event_streams: Gauge::default(),
+            raft_rpcs_refused: Counter::default(),
+            connections_refused: Counter::default(),
             log_appends: Counter::default(),
             log_entries: Counter::default(),
             log_fsyncs: Counter::default(),
@@ -107,6 +114,16 @@ impl Metrics {
             "event_streams",
             "Open event streams",
             m.event_streams.clone(),
+        );
+        r.register(
+            "raft_rpcs_refused",
+            "Raft RPCs refused before Raft saw them",
+            m.raft_rpcs_refused.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Connections closed on accept (over the per-client or total limit)",
+            m.connections_refused.clone(),
         );
         r.register(
             "raft_log_appends",

@@ -1,11 +1,15 @@
 //! [`HttpTransport`]: the Raft RPCs as `POST /v1/raft/rpc` on the agents' public port
 //! — a postcard-encoded [`RpcRequest`] in, its [`RpcAnswer`] out — so one port carries
-//! the API and Raft, and the token guards both.
+//! the API and Raft. Each request is signed with the cluster key and each answer
+//! checked against it ([`ClusterKey`]); a client token is never sent to a peer.
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use schedstate_raft::wire::{RpcAnswer, RpcRequest, Transport};
 use schedstate_raft::{NodeId, RpcFailure};
+
+use crate::cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey};
 
 /// The path of the Raft RPC endpoint.
 pub const RAFT_RPC_PATH: &str = "/v1/raft/rpc";
@@ -13,26 +17,31 @@ pub const RAFT_RPC_PATH: &str = "/v1/raft/rpc";
 /// The content type of its bodies.
 pub const RAFT_RPC_CONTENT_TYPE: &str = "application/x-schedstate-raft";
 
+/// The largest Raft RPC body, either way (a batch of entries, a snapshot chunk).
+pub const MAX_RPC_BYTES: usize = 64 << 20;
+
 /// One server's way to the others over HTTP. Cheap to clone (a pooled client).
 #[derive(Clone, Debug)]
 pub struct HttpTransport {
     http: reqwest::Client,
-    token: Option<String>,
+    key: Option<ClusterKey>,
 }
 
 impl HttpTransport {
-    /// A transport sending `token` as a bearer token when given.
+    /// A transport signing its RPCs with `key` (none: `--dev`, unsigned).
     ///
     /// # Errors
     /// The HTTP client cannot be built (no TLS or resolver is involved; this does not
     /// happen in practice).
-    pub fn new(token: Option<String>) -> Result<HttpTransport, reqwest::Error> {
+    pub fn new(key: Option<ClusterKey>) -> Result<HttpTransport, reqwest::Error> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30))
+            // Below the agents' idle timeout, so a pooled connection is not reused
+            // just as the other side closes it.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()?;
-        Ok(HttpTransport { http, token })
+        Ok(HttpTransport { http, key })
     }
 }
 
@@ -55,28 +64,53 @@ impl Transport for HttpTransport {
         let protocol = |reason: String| RpcFailure::Protocol { target, reason };
         let unreachable = |reason: String| RpcFailure::Unreachable { target, reason };
         let body = request.encode().map_err(|e| protocol(e.to_string()))?;
+        if body.len() > MAX_RPC_BYTES {
+            return Err(protocol(format!(
+                "an RPC of {} bytes is over the limit of {MAX_RPC_BYTES}",
+                body.len()
+            )));
+        }
+        let signed = self.key.as_ref().map(|key| key.sign_request(&body));
         let mut req = self
             .http
             .post(format!("http://{addr}{RAFT_RPC_PATH}"))
-            .header(reqwest::header::CONTENT_TYPE, RAFT_RPC_CONTENT_TYPE)
-            .body(body);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
+            .header(reqwest::header::CONTENT_TYPE, RAFT_RPC_CONTENT_TYPE);
+        if let Some((header, _)) = &signed {
+            req = req.header(CLUSTER_AUTH_HEADER, header.as_str());
         }
+        let body_mac = signed.map(|(_, mac)| mac);
         let resp = req
+            .body(body)
             .send()
             .await
             .map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
         let status = resp.status();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
+        let mac = resp
+            .headers()
+            .get(CLUSTER_AUTH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        // An answer is read up to the limit, never to whatever length it claims.
+        let mut bytes = Vec::new();
+        let mut chunks = resp.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
+            if bytes.len() + chunk.len() > MAX_RPC_BYTES {
+                return Err(protocol(format!(
+                    "{addr}: an answer over {MAX_RPC_BYTES} bytes"
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(protocol(format!(
                 "{addr} answered {status}: {}",
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             )));
+        }
+        if let (Some(key), Some(body_mac)) = (&self.key, &body_mac) {
+            key.verify_answer(body_mac, mac.as_deref(), &bytes)
+                .map_err(|e| protocol(format!("{addr}: the answer: {e}")))?;
         }
         RpcAnswer::decode(&bytes).map_err(|e| protocol(format!("{addr}: {e}")))
     }

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use schedstate_agent::{Agent, AgentConfig, Peers};
+use schedstate_agent::{Agent, AgentConfig, ClusterKey, Limits, Peers};
 
 use crate::output::{CliError, err};
 
@@ -30,10 +30,31 @@ pub struct AgentArgs {
     /// this server alone.
     #[arg(long)]
     pub peers: Option<Peers>,
-    /// Require `Authorization: Bearer <token>` on every request, Raft RPCs included
-    /// (all servers of a cluster use the same token).
+    /// Require `Authorization: Bearer <token>` (or `X-Nomad-Token`) on every API
+    /// request. A client credential only: servers prove themselves with the cluster key.
     #[arg(long, env = "SCHEDSTATE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The file holding the cluster key every server of the cluster is given (mode
+    /// 0600; `schedstate keygen FILE` makes one). Raft RPCs without its MAC are
+    /// refused. Required with more than one server, unless --dev.
+    #[arg(long, value_name = "FILE", env = "SCHEDSTATE_CLUSTER_KEY_FILE")]
+    pub cluster_key_file: Option<PathBuf>,
+    /// INSECURE development mode: several servers without a cluster key, so anyone who
+    /// can reach the port can send Raft RPCs. Refuses any non-loopback --bind.
+    #[arg(long)]
+    pub dev: bool,
+    /// Open connections allowed from one IP address.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().conns_per_client)]
+    pub max_conns_per_client: usize,
+    /// Open connections allowed in all.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().conns)]
+    pub max_conns: usize,
+    /// Blocking queries allowed to wait at once (more are answered 429).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().blocking_queries)]
+    pub max_blocking_queries: usize,
+    /// Event streams allowed open at once (more are answered 429).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().event_streams)]
+    pub max_event_streams: usize,
 }
 
 fn init_logging() {
@@ -86,7 +107,26 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
             .map_err(|e| err(format!("{e}")))?,
     };
     let mut config = AgentConfig::new(args.id, args.bind, args.data, peers);
-    config.token = args.token.filter(|t| !t.is_empty());
+    // An empty token is refused by the configuration, never taken as "no token".
+    config.token = args.token;
+    config.dev = args.dev;
+    if let Some(file) = &args.cluster_key_file {
+        config.cluster_key = Some(ClusterKey::from_file(file).map_err(|e| err(e.to_string()))?);
+    }
+    config.limits = Limits {
+        conns_per_client: args.max_conns_per_client,
+        conns: args.max_conns,
+        blocking_queries: args.max_blocking_queries,
+        event_streams: args.max_event_streams,
+        ..Limits::default()
+    };
+    match schedstate_agent::raise_open_file_limit() {
+        Ok((before, after)) if before != after => {
+            tracing::info!(before, after, "raised the open-file limit")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("agent")
@@ -101,8 +141,31 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
             args.id,
             agent.addr()
         );
-        stop_signal().await;
+        let failed = tokio::select! {
+            () = stop_signal() => None,
+            why = agent.failed() => Some(why),
+        };
         agent.shutdown().await;
-        Ok(())
+        match failed {
+            None => Ok(()),
+            Some(why) => Err(err(format!("agent {}: Raft stopped: {why}", args.id))),
+        }
     })
+}
+
+/// Arguments of `keygen`.
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// The file to create.
+    pub file: PathBuf,
+}
+
+/// `keygen`.
+pub fn keygen(args: &KeygenArgs) -> Result<(), CliError> {
+    ClusterKey::write_new(&args.file).map_err(|e| err(e.to_string()))?;
+    println!(
+        "wrote a new cluster key to {} (mode 0600): give it to every server with --cluster-key-file",
+        args.file.display()
+    );
+    Ok(())
 }

@@ -69,8 +69,13 @@ pub struct Agents {
 }
 
 impl Agents {
-    /// Starts one agent per port, logging to `dir/agent-N.log`.
+    /// Starts one agent per port, logging to `dir/agent-N.log`, all with the cluster
+    /// key in `dir/cluster.key` (made on the first run).
     pub fn start(dir: &Path, ports: Vec<u16>) -> Result<Agents, CliError> {
+        let key = dir.join("cluster.key");
+        if !key.exists() {
+            schedstate_agent::ClusterKey::write_new(&key).map_err(|e| err(e.to_string()))?;
+        }
         let mut a = Agents {
             dir: dir.to_path_buf(),
             procs: ports.iter().map(|_| None).collect(),
@@ -104,14 +109,20 @@ impl Agents {
         format!("http://127.0.0.1:{}", self.ports[i])
     }
 
+    /// The cluster key file every agent is given.
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.join("cluster.key")
+    }
+
     /// The command line that starts agent `i`.
     pub fn command_line(&self, program: &str, i: usize) -> String {
         format!(
-            "{program} agent --id {} --bind 127.0.0.1:{} --data {} --peers {}",
+            "{program} agent --id {} --bind 127.0.0.1:{} --data {} --peers {} --cluster-key-file {}",
             i + 1,
             self.ports[i],
             self.data(i).display(),
-            self.peers()
+            self.peers(),
+            self.key_file().display()
         )
     }
 
@@ -129,7 +140,10 @@ impl Agents {
             .arg("--data")
             .arg(self.data(i))
             .args(["--peers", &self.peers()])
+            .arg("--cluster-key-file")
+            .arg(self.key_file())
             .env_remove("SCHEDSTATE_TOKEN")
+            .env_remove("SCHEDSTATE_CLUSTER_KEY_FILE")
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| err(format!("log file: {e}")))?)
             .stderr(log)

@@ -71,6 +71,9 @@ enum Top {
     /// Run one server of a replicated cluster: the HTTP API (blocking queries, event
     /// stream) and Raft on one port, until SIGINT or SIGTERM.
     Agent(agent_cmd::AgentArgs),
+    /// Write a new random cluster key to FILE (mode 0600, never overwriting), to give
+    /// every server of a cluster with --cluster-key-file.
+    Keygen(agent_cmd::KeygenArgs),
     /// Formats, indexes, row counts and files of a data directory.
     Inspect(inspect::InspectArgs),
     /// Cut a data directory that no longer opens (damage in its log or snapshot) back
@@ -115,6 +118,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             command: NodeCmd::Status(args),
         } => status::node(&args),
         Top::Agent(args) => agent_cmd::run(args),
+        Top::Keygen(args) => agent_cmd::keygen(&args),
         Top::Inspect(args) => inspect::run(&args),
         Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),

@@ -130,6 +130,8 @@ impl Cluster {
                 .map(|a| Client::new(a, None).expect("client"))
                 .collect(),
         };
+        let key = c.root.path().join("cluster.key");
+        schedstate_agent::ClusterKey::write_new(&key).expect("cluster key");
         for (i, addr) in addrs.iter().enumerate() {
             let data = c.root.path().join(format!("agent{}", i + 1));
             let log = c.root.path().join(format!("agent{}.log", i + 1));
@@ -141,6 +143,8 @@ impl Cluster {
                 .arg("--data")
                 .arg(&data)
                 .args(["--peers", &peers])
+                .arg("--cluster-key-file")
+                .arg(&key)
                 .env_remove("SCHEDSTATE_TOKEN")
                 .stdin(Stdio::null())
                 .stdout(file.try_clone().expect("log file"))

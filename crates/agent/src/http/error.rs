@@ -7,6 +7,9 @@ use schedstate_raft::{ClusterError, ProposeError};
 
 use crate::api::ErrorBody;
 
+/// What a 429 tells the client to wait, in seconds.
+const RETRY_AFTER_SECS: &str = "1";
+
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -37,6 +40,11 @@ impl ApiError {
     /// 404 for a row that does not exist (`NodeNotFound`, …).
     pub fn not_found(kind: &str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, kind, message)
+    }
+
+    /// 429: a limit of this server is reached; retry later (`Retry-After` says when).
+    pub fn too_many(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message)
     }
 
     /// 503: no leader is known.
@@ -115,11 +123,18 @@ impl From<ClusterError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::to_vec(&self.body).unwrap_or_default();
-        (
+        let mut resp = (
             self.status,
             [(axum::http::header::CONTENT_TYPE, "application/json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(RETRY_AFTER_SECS),
+            );
+        }
+        resp
     }
 }

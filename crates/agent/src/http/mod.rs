@@ -1,68 +1,52 @@
 //! The HTTP side of the agent: one axum router on one port for the public API and
-//! the Raft RPCs.
+//! the Raft RPCs, served by our own accept loop. Each file is one resource or one
+//! layer; handlers are thin adapters over the [`Service`].
 //!
 //! | file | what |
 //! |---|---|
-//! | `guard.rs` | the token check (every route), consistent reads (leader check, or proxy to the leader) |
+//! | `serve.rs` | the accept loop: connections per client and in all, header and idle timeouts |
+//! | `auth.rs` | in front of every API route: a stopped Raft, browsers from other sites, the token |
+//! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
+//! | `body.rs` | reading a body: content type, claimed and real size, budget, timeout |
 //! | `reads.rs` | `GET` of nodes, allocations, plugins, volumes — all blocking queries |
 //! | `writes.rs` | `POST /v1/commands` |
 //! | `stream.rs` | `GET /v1/event/stream` |
-//! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self`, the Raft RPC endpoint |
+//! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self` |
+//! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
 //! | `query.rs`, `error.rs` | strict query parameters; error answers |
 
+mod auth;
+mod body;
+mod consistency;
 mod error;
-mod guard;
 mod operator;
 pub(crate) mod query;
+mod raft_rpc;
 mod reads;
+mod serve;
 mod stream;
 mod writes;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use schedstate::model::CsiVolume;
-use schedstate_raft::Server;
 use serde::Serialize;
-use tokio::sync::watch;
 
 pub use error::ApiError;
+pub(crate) use serve::serve;
 
 use crate::api::{INDEX_HEADER, KNOWN_LEADER_HEADER, NOMAD_INDEX_HEADER};
-use crate::events::EventBuffer;
-use crate::metrics::Metrics;
+use crate::service::Service;
 
-/// What every handler shares.
-pub(crate) struct Shared {
-    pub server: Server,
-    pub events: Arc<EventBuffer>,
-    pub metrics: Arc<Metrics>,
-    pub token: Option<String>,
-    pub max_wait: Duration,
-    pub heartbeat: Duration,
-    /// For proxying consistent reads to the leader.
-    pub proxy: reqwest::Client,
-    /// Turns `true` when the agent stops: blocking queries and streams end.
-    pub stopping: watch::Receiver<bool>,
-}
-
-pub(crate) type AppState = Arc<Shared>;
-
-/// Secrets never leave the server.
-pub(crate) fn redact(v: &mut CsiVolume) {
-    for value in v.secrets.values_mut() {
-        *value = "<redacted>".to_string();
-    }
-}
+pub(crate) type AppState = Arc<Service>;
 
 /// A JSON answer with the index headers.
 pub(crate) fn json<T: Serialize + ?Sized>(
-    st: &Shared,
+    st: &Service,
     status: StatusCode,
     index: u64,
     value: &T,
@@ -92,7 +76,7 @@ pub(crate) fn json<T: Serialize + ?Sized>(
 }
 
 /// Adds `X-Schedstate-Index`, `X-Nomad-Index` and the known-leader header.
-pub(crate) fn with_index(st: &Shared, resp: &mut Response, index: u64) {
+pub(crate) fn with_index(st: &Service, resp: &mut Response, index: u64) {
     let h = resp.headers_mut();
     let v = HeaderValue::from(index);
     h.insert(INDEX_HEADER, v.clone());
@@ -107,8 +91,8 @@ pub(crate) fn with_index(st: &Shared, resp: &mut Response, index: u64) {
     );
 }
 
-/// The router: every route, the consistency guard on the reads, the token guard on
-/// everything.
+/// The router: every route, the consistency layer on the reads, the auth layer on
+/// every API route; the Raft route checks the cluster key itself.
 pub(crate) fn router(st: AppState) -> Router {
     let reads = Router::new()
         .route("/v1/nodes", get(reads::nodes))
@@ -121,8 +105,8 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/volume/csi/{id}", get(reads::volume))
         .route("/v1/operator/snapshot", get(operator::snapshot))
         .route("/v1/operator/raft/peer", post(operator::change_peer))
-        .route_layer(from_fn_with_state(st.clone(), guard::consistent));
-    Router::new()
+        .route_layer(from_fn_with_state(st.clone(), consistency::consistent));
+    let api = Router::new()
         .merge(reads)
         .route("/v1/commands", post(writes::command))
         .route("/v1/event/stream", get(stream::events))
@@ -134,9 +118,12 @@ pub(crate) fn router(st: AppState) -> Router {
         )
         .route("/v1/metrics", get(operator::metrics))
         .route("/v1/agent/self", get(operator::agent_self))
-        .route(crate::transport::RAFT_RPC_PATH, post(operator::raft_rpc))
         .fallback(not_found)
-        .layer(from_fn_with_state(st.clone(), guard::token))
+        .layer(from_fn_with_state(st.clone(), auth::guard));
+    // The servers' route answers to the cluster key, not to the client token.
+    Router::new()
+        .route(crate::transport::RAFT_RPC_PATH, post(raft_rpc::raft_rpc))
+        .merge(api)
         .with_state(st)
 }
 

@@ -1,21 +1,15 @@
 //! Status and operations: the leader and peers, the Raft configuration and changes to
-//! it, a snapshot of the state, metrics, this agent's own status, and the Raft RPC
-//! endpoint the servers talk to each other through.
+//! it, a snapshot of the state (streamed), metrics, this agent's own status.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use schedstate_raft::wire::{RpcRequest, answer_rpc};
 
 use super::error::ApiError;
 use super::query::{Checked, OperatorRead, SnapshotRead};
 use super::{AppState, json, with_index};
-use crate::api::{AgentSelf, MAX_BODY_BYTES, PeerChange, RaftConfiguration, RaftServer};
-use crate::transport::RAFT_RPC_CONTENT_TYPE;
-
-/// The largest Raft RPC body (a batch of entries, a snapshot chunk).
-const MAX_RPC_BYTES: usize = schedstate_raft::MAX_FRAME as usize;
+use crate::api::{MAX_BODY_BYTES, PeerChange, RaftConfiguration, RaftServer};
 
 pub(crate) async fn leader(State(st): State<AppState>) -> Response {
     let addr = st
@@ -101,23 +95,84 @@ pub(crate) async fn change_peer(State(st): State<AppState>, body: Body) -> Respo
     }
 }
 
+/// The size of one piece of a streamed snapshot.
+const SNAPSHOT_CHUNK: usize = 64 << 10;
+
+/// Pieces of a snapshot written ahead of a slow reader: the memory one download
+/// holds beyond the (shared, O(1)) version of the state it writes.
+const SNAPSHOT_CHUNKS_AHEAD: usize = 4;
+
+/// Hands what the snapshot writer writes to the response, a piece at a time.
+struct ChannelWriter {
+    piece: Vec<u8>,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+}
+
+impl ChannelWriter {
+    fn send_piece(&mut self) -> std::io::Result<()> {
+        if self.piece.is_empty() {
+            return Ok(());
+        }
+        let piece = std::mem::replace(&mut self.piece, Vec::with_capacity(SNAPSHOT_CHUNK));
+        self.tx
+            .blocking_send(Ok(Bytes::from(piece)))
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client left"))
+    }
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = SNAPSHOT_CHUNK - self.piece.len();
+        let n = buf.len().min(room);
+        self.piece.extend_from_slice(&buf[..n]);
+        if self.piece.len() == SNAPSHOT_CHUNK {
+            self.send_piece()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send_piece()
+    }
+}
+
+/// `GET /v1/operator/snapshot`: the state as a SCHEDSNP file, streamed from one O(1)
+/// version of the state while it is written (a slow reader holds a few pieces, never a
+/// copy of the whole). At most `snapshot_downloads` run at once (429 beyond).
 pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked<SnapshotRead>) -> Response {
-    // The guard made this consistent (or it is stale by request).
+    let permit = match st.gates.snapshot_download() {
+        Ok(p) => p,
+        Err(r) => return ApiError::too_many(r.message(&st.limits)).into_response(),
+    };
+    // The consistency layer made this consistent (or it is stale by request).
     let snap = st.server.read_stale();
     let index = snap.view().last_applied();
-    let mut bytes = Vec::new();
-    if let Err(e) = snap.write_to(&mut bytes) {
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Internal",
-            format!("writing the snapshot: {e}"),
-        )
-        .into_response();
-    }
+    let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_CHUNKS_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        let mut out = ChannelWriter {
+            piece: Vec::with_capacity(SNAPSHOT_CHUNK),
+            tx: tx.clone(),
+        };
+        let written = snap
+            .write_to(&mut out)
+            .map_err(std::io::Error::other)
+            .and_then(|_| std::io::Write::flush(&mut out));
+        if let Err(e) = written {
+            // The body ends with an error: the client sees a cut answer, and the
+            // file's checksums refuse it.
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                tracing::warn!(error = %e, "writing a snapshot download failed");
+                let _ = tx.blocking_send(Err(e));
+            }
+        }
+    });
+    let pieces = futures_util::stream::unfold((rx, permit), |(mut rx, permit)| async move {
+        rx.recv().await.map(|piece| (piece, (rx, permit)))
+    });
     let mut resp = (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/octet-stream")],
-        bytes,
+        Body::from_stream(pieces),
     )
         .into_response();
     with_index(&st, &mut resp, index);
@@ -138,43 +193,6 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
 }
 
 pub(crate) async fn agent_self(State(st): State<AppState>) -> Response {
-    let me = AgentSelf {
-        id: st.server.id(),
-        fresh: crate::agent::is_fresh(&st.server),
-        leader: st.server.leader(),
-        term: st.server.term(),
-        last_applied: st.server.last_applied(),
-    };
+    let me = st.agent_self();
     json(&st, StatusCode::OK, me.last_applied, &me, false)
-}
-
-pub(crate) async fn raft_rpc(State(st): State<AppState>, body: Body) -> Response {
-    let bytes = match axum::body::to_bytes(body, MAX_RPC_BYTES).await {
-        Ok(b) => b,
-        Err(e) => {
-            return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string())
-                .into_response();
-        }
-    };
-    let request = match RpcRequest::decode(&bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            return ApiError::bad_request(format!("not a Raft RPC: {e}")).into_response();
-        }
-    };
-    let answer = answer_rpc(&st.server, request).await;
-    match answer.encode() {
-        Ok(b) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, RAFT_RPC_CONTENT_TYPE)],
-            b,
-        )
-            .into_response(),
-        Err(e) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Internal",
-            format!("encoding the answer: {e}"),
-        )
-        .into_response(),
-    }
 }

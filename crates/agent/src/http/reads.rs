@@ -15,38 +15,55 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::query::{Checked, Params, Read, VolumeList, VolumeRead};
-use super::{AppState, Shared, json, redact};
-use crate::api::PluginListStub;
+use super::{AppState, json};
+use crate::api::{PluginListStub, redact};
+use crate::service::Service;
 
-/// Counts a waiting blocking query while it lives.
-struct Waiting<'a>(&'a Shared);
+/// A waiting blocking query: counted in the metrics and against the limit while it
+/// lives.
+struct Waiting<'a> {
+    st: &'a Service,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
 
 impl<'a> Waiting<'a> {
-    fn new(st: &'a Shared, blocking: bool) -> Option<Waiting<'a>> {
-        blocking.then(|| {
-            st.metrics.blocking_waiting.inc();
-            Waiting(st)
-        })
+    /// `Ok(None)` for a read that does not block.
+    fn new(st: &'a Service, blocking: bool) -> Result<Option<Waiting<'a>>, ApiError> {
+        if !blocking {
+            return Ok(None);
+        }
+        let permit = st
+            .gates
+            .blocking_query()
+            .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
+        st.metrics.blocking_waiting.inc();
+        Ok(Some(Waiting {
+            st,
+            _permit: permit,
+        }))
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.0.metrics.blocking_waiting.dec();
+        self.st.metrics.blocking_waiting.dec();
     }
 }
 
 /// Runs `read` as a blocking query with the request's `index` and `wait`; `None`
 /// from it is a 404 of `missing`.
 async fn blocking<T: Serialize>(
-    st: &Shared,
+    st: &Service,
     p: &Params,
     missing: impl Fn() -> ApiError,
     mut read: impl FnMut(StateView<'_>) -> (u64, Option<T>),
 ) -> Response {
     let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
     let opts = QueryOptions::new(p.index, wait);
-    let _waiting = Waiting::new(st, p.index > 0);
+    let _waiting = match Waiting::new(st, p.index > 0) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
     let mut stopping = st.stopping.clone();
     let answered = {
         let query = st

@@ -24,6 +24,7 @@ const BATCH: usize = 256;
 
 struct Open {
     st: AppState,
+    _permit: tokio::sync::OwnedSemaphorePermit,
     cursor: u64,
     filter: TopicFilter,
     newest: tokio::sync::watch::Receiver<u64>,
@@ -32,11 +33,17 @@ struct Open {
 }
 
 impl Open {
-    fn new(st: AppState, cursor: u64, filter: TopicFilter) -> Open {
+    fn new(
+        st: AppState,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        cursor: u64,
+        filter: TopicFilter,
+    ) -> Open {
         st.metrics.event_streams.inc();
         let newest = st.events.subscribe();
         Open {
             st,
+            _permit: permit,
             cursor,
             filter,
             newest,
@@ -134,7 +141,11 @@ pub(crate) async fn events(
         }
         .into_response();
     }
-    let open = Open::new(st.clone(), cursor, filter);
+    let permit = match st.gates.event_stream() {
+        Ok(p) => p,
+        Err(r) => return ApiError::too_many(r.message(&st.limits)).into_response(),
+    };
+    let open = Open::new(st.clone(), permit, cursor, filter);
     let mut resp = Response::new(Body::from_stream(stream::unfold(open, next_chunk)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -2,22 +2,27 @@
 //! the leader from a follower); answered once committed and applied on this server,
 //! so a `?stale` read here right after sees it.
 //!
-//! Nothing reaches Raft unless the body is a whole, known command: a body over
-//! [`MAX_BODY_BYTES`] is 413, bad JSON or an unknown field or variant 400. A command
-//! the rules refuse is committed as a no-op and answered 409 with the rule's kind.
+//! Nothing reaches Raft unless the body is a whole, known command sent as
+//! `application/json` (415 otherwise): a body over the write limit is 413 (from its
+//! `Content-Length` before it is read, or while reading), bad JSON or an unknown field
+//! or variant 400, a command breaking an input rule (sizes, characters) 400. A
+//! command the rules refuse on the state is committed as a no-op and answered 409
+//! with the rule's kind.
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::state::Command;
 
+use super::body::{BodyRule, read_body};
 use super::error::ApiError;
 use super::query::{Checked, Write};
 use super::{AppState, json};
-use crate::api::{MAX_BODY_BYTES, WriteResponse};
+use crate::api::WriteResponse;
+use crate::service::Service;
 
 /// How long a write waits for a leader to be elected before answering 503.
 const LEADER_WAIT: Duration = Duration::from_secs(5);
@@ -26,37 +31,29 @@ const LEADER_WAIT: Duration = Duration::from_secs(5);
 /// believing it leads, and its writes would otherwise wait forever.
 const COMMIT_WAIT: Duration = Duration::from_secs(30);
 
-fn too_large() -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "TooLarge",
-        format!("the body is over the limit of {MAX_BODY_BYTES} bytes"),
-    )
-}
-
 /// Reads the body as one command.
-async fn read_command(body: Body) -> Result<Command, ApiError> {
-    // The limit is enforced while reading, not from Content-Length: answering before
-    // the body is read would close the connection under a client still sending it,
-    // which then sees a broken pipe instead of the 413.
-    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| too_large())?;
-    if bytes.is_empty() {
+async fn read_command(st: &Service, headers: &HeaderMap, body: Body) -> Result<Command, ApiError> {
+    let rule = BodyRule {
+        limit: st.limits.write_body_bytes,
+        content_type: "application/json",
+    };
+    let body = read_body(st, headers, body, &rule).await?;
+    if body.bytes.is_empty() {
         return Err(ApiError::bad_request(
             "the body is empty: send one command as JSON, like {\"UpsertNode\": {\"node\": {…}}}",
         ));
     }
-    serde_json::from_slice(&bytes)
+    serde_json::from_slice(&body.bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a command: {e}")))
 }
 
 pub(crate) async fn command(
     State(st): State<AppState>,
     Checked(p, _): Checked<Write>,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let command = match read_command(body).await {
+    let command = match read_command(&st, &headers, body).await {
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };

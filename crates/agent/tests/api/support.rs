@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use schedstate::model::{Allocation, ClientStatus, CsiInfo, CsiNodeInfo, DesiredStatus, Id, Node};
-use schedstate_agent::{Agent, AgentConfig, Client, Peers};
+use schedstate_agent::{Agent, AgentConfig, Client, ClusterKey, Peers};
 use tempfile::TempDir;
 
 /// Every wait in these tests: generous, for a loaded machine.
@@ -18,6 +18,11 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     held.iter()
         .map(|l| l.local_addr().expect("its address").port())
         .collect()
+}
+
+/// The key of every test cluster.
+pub fn cluster_key() -> ClusterKey {
+    ClusterKey::from_bytes(*b"the test clusters' shared key, 32+ bytes").expect("a key")
 }
 
 /// A cluster of agents in this process, each on its own directory.
@@ -51,6 +56,7 @@ impl Agents {
             self.peers(),
         );
         c.token = self.token.clone();
+        c.cluster_key = Some(cluster_key());
         c.event_heartbeat = Duration::from_millis(200);
         c.event_buffer = 64;
         c

@@ -79,12 +79,18 @@ impl ProcCluster {
             procs: Vec::new(),
             token: token.map(str::to_string),
         };
+        schedstate_agent::ClusterKey::write_new(&c.key_file()).expect("cluster key");
         for i in 0..n {
             let p = c.spawn(i);
             c.procs.push(Some(p));
         }
         c.wait_leader().await;
         c
+    }
+
+    /// The cluster key file every agent is given.
+    pub fn key_file(&self) -> PathBuf {
+        self.root.path().join("cluster.key")
     }
 
     pub fn peers(&self) -> String {
@@ -118,7 +124,10 @@ impl ProcCluster {
             .arg("--data")
             .arg(self.data(i))
             .args(["--peers", &self.peers()])
+            .arg("--cluster-key-file")
+            .arg(self.key_file())
             .env_remove("SCHEDSTATE_TOKEN")
+            .env_remove("SCHEDSTATE_CLUSTER_KEY_FILE")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);

@@ -1,53 +1,27 @@
-//! Two guards in front of the handlers.
-//!
-//! - [`token`]: with `--token`, a request without `Authorization: Bearer <token>` is
-//!   401, with another token 403 — before anything runs, Raft RPCs included.
-//! - [`consistent`]: a read without `?stale` is answered by the leader after it
-//!   confirmed its leadership with a quorum (openraft's read index); a follower
-//!   proxies it to the leader (once: a proxied request that lands on a non-leader is
-//!   503, never proxied again), as Nomad forwards non-stale reads.
+//! Consistent reads, in front of the read handlers: a read without `?stale` is
+//! answered by the leader after it confirmed its leadership with a quorum (openraft's
+//! read index); a follower proxies it to the leader (once: a proxied request that
+//! lands on a non-leader is 503, never proxied again), as Nomad forwards non-stale
+//! reads.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
 
+use super::AppState;
 use super::error::ApiError;
-use super::{AppState, Shared};
+use crate::service::Service;
 
 /// How long a consistent read waits for the leader to confirm its leadership.
 const CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The largest body of a proxied request.
+const PROXIED_BODY_BYTES: usize = 64 << 10;
+
 /// Marks a request a follower proxied to the leader.
 const PROXIED_HEADER: &str = "X-Schedstate-Proxied";
-
-pub(crate) async fn token(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(expected) = &st.token else {
-        return next.run(req).await;
-    };
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        None => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "this agent needs a token: send Authorization: Bearer <token>",
-        )
-        .into_response(),
-        Some(t) if bool::from(t.as_bytes().ct_eq(expected.as_bytes())) => next.run(req).await,
-        Some(_) => ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            "the token is not this agent's",
-        )
-        .into_response(),
-    }
-}
 
 fn is_stale(req: &Request) -> bool {
     req.uri().query().is_some_and(|q| {
@@ -110,14 +84,15 @@ pub(crate) fn root_cause(e: &reqwest::Error) -> String {
 }
 
 /// Sends `req` to the leader at `addr` and relays its answer.
-async fn proxy(st: &Shared, addr: &str, req: Request) -> Response {
+async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts
         .uri
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    let body = match axum::body::to_bytes(body, crate::api::MAX_BODY_BYTES).await {
+    // Only reads and operator calls are proxied: their bodies are small.
+    let body = match axum::body::to_bytes(body, PROXIED_BODY_BYTES).await {
         Ok(b) => b,
         Err(e) => {
             return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string())
@@ -129,7 +104,11 @@ async fn proxy(st: &Shared, addr: &str, req: Request) -> Response {
         .request(parts.method.clone(), format!("http://{addr}{path}"))
         .header(PROXIED_HEADER, "1")
         .body(body);
-    for name in [header::AUTHORIZATION, header::CONTENT_TYPE] {
+    for name in [
+        header::AUTHORIZATION,
+        header::CONTENT_TYPE,
+        header::HeaderName::from_static("x-nomad-token"),
+    ] {
         if let Some(v) = parts.headers.get(&name) {
             out = out.header(name, v);
         }

@@ -1,0 +1,163 @@
+//! Reading a request body without trusting the sender: the content type checked, the
+//! claimed length checked against the route's limit *before* a byte is read, room for
+//! the body taken from the agent's budget of bytes in flight (429 when it is spent),
+//! the limit enforced again while reading (a chunked body has no claim), and the whole
+//! body due within the body timeout. Every route that reads a body goes through
+//! [`read_body`].
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, header};
+
+use super::error::ApiError;
+use crate::service::{BodyPermit, Service};
+
+/// What a route accepts.
+pub(crate) struct BodyRule {
+    /// The largest body.
+    pub limit: usize,
+    /// The content type it must declare (parameters such as `charset` allowed).
+    pub content_type: &'static str,
+}
+
+/// A body read whole, with the budget it holds.
+pub(crate) struct ReadBody {
+    pub bytes: Bytes,
+    /// Released when the body is dropped.
+    pub _permit: BodyPermit,
+}
+
+/// The `Content-Length` the request claims, if any.
+pub(crate) fn content_length(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    match headers.get(header::CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| ApiError::bad_request("Content-Length is not a number")),
+    }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "TooLarge",
+        format!("the body is over the limit of {limit} bytes"),
+    )
+}
+
+/// Checks the content type and the claimed length; nothing is read.
+pub(crate) fn check_head(headers: &HeaderMap, rule: &BodyRule) -> Result<Option<u64>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    if declared.as_deref() != Some(rule.content_type) {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "send the body as Content-Type: {} (got {})",
+                rule.content_type,
+                declared.as_deref().unwrap_or("none")
+            ),
+        ));
+    }
+    let claimed = content_length(headers)?;
+    if claimed.is_some_and(|n| n > rule.limit as u64) {
+        return Err(too_large(rule.limit));
+    }
+    Ok(claimed)
+}
+
+/// A body claimed over the limit by at most this factor is read and thrown away
+/// (within the body timeout, holding nothing) before the 413, so that an honest client
+/// that is still sending sees the answer instead of a reset connection. A larger claim
+/// is answered at once and the connection closed.
+const DRAIN_FACTOR: u64 = 2;
+
+/// Reads a body under `rule` (see the module's doc).
+///
+/// # Errors
+/// 415 wrong content type, 413 over the limit (claimed or read), 429 no room in the
+/// budget, 408 not sent in time, 400 broken off.
+pub(crate) async fn read_body(
+    st: &Service,
+    headers: &HeaderMap,
+    body: Body,
+    rule: &BodyRule,
+) -> Result<ReadBody, ApiError> {
+    let claimed = match check_head(headers, rule) {
+        Ok(c) => c,
+        Err(e) => {
+            let claimed = content_length(headers).ok().flatten().unwrap_or(0);
+            if e.status == StatusCode::PAYLOAD_TOO_LARGE
+                && claimed <= DRAIN_FACTOR.saturating_mul(rule.limit as u64)
+            {
+                drain(st, body).await;
+            }
+            return Err(e);
+        }
+    };
+    read_checked(st, claimed, body, rule.limit).await
+}
+
+/// Reads `body` to its end and drops every piece, within the body timeout.
+async fn drain(st: &Service, body: Body) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let _ = tokio::time::timeout(st.limits.body_timeout, async {
+        while let Some(Ok(_)) = body.frame().await {}
+    })
+    .await;
+}
+
+/// Reads a body whose head [`check_head`] (or the caller) already checked.
+pub(crate) async fn read_checked(
+    st: &Service,
+    claimed: Option<u64>,
+    body: Body,
+    limit: usize,
+) -> Result<ReadBody, ApiError> {
+    // A body without a claim may grow to the limit: budget for all of it.
+    let budget = claimed.map_or(limit, |n| n as usize);
+    let permit = st
+        .gates
+        .body(budget)
+        .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
+    let read = tokio::time::timeout(st.limits.body_timeout, axum::body::to_bytes(body, limit));
+    let bytes = match read.await {
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "BodyTimeout",
+                format!(
+                    "the body did not arrive within {:?}",
+                    st.limits.body_timeout
+                ),
+            ));
+        }
+        Ok(Err(e)) => {
+            // The limit, or the client broke off.
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            return Err(if over {
+                too_large(limit)
+            } else {
+                ApiError::bad_request(format!("reading the body: {e}"))
+            });
+        }
+        Ok(Ok(b)) => b,
+    };
+    Ok(ReadBody {
+        bytes,
+        _permit: permit,
+    })
+}

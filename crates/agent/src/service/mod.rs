@@ -1,0 +1,71 @@
+//! [`Service`]: the one object every HTTP handler works through — the replicated
+//! server, the event buffer, the metrics, who may call (token, cluster key) and how
+//! much they may ask for ([`Gates`]). Handlers are thin adapters over it: they parse a
+//! request, ask the service, and present the answer.
+
+mod gates;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use schedstate_raft::Server;
+use tokio::sync::watch;
+
+pub(crate) use gates::{BodyPermit, Gates};
+
+use crate::api::AgentSelf;
+use crate::cluster_key::ClusterKey;
+use crate::config::Limits;
+use crate::events::EventBuffer;
+use crate::metrics::Metrics;
+
+/// What the agent serves with.
+pub(crate) struct Service {
+    pub server: Server,
+    pub events: Arc<EventBuffer>,
+    pub metrics: Arc<Metrics>,
+    /// The client token (`--token`), if any.
+    pub token: Option<String>,
+    /// The servers' key; `None` refuses every Raft RPC unless `dev`.
+    pub cluster_key: Option<ClusterKey>,
+    /// Raft RPCs accepted without a key (loopback only, by configuration).
+    pub dev: bool,
+    pub limits: Limits,
+    pub gates: Gates,
+    pub max_wait: Duration,
+    pub heartbeat: Duration,
+    /// For proxying consistent reads to the leader.
+    pub proxy: reqwest::Client,
+    /// Turns `true` when the agent stops: blocking queries and streams end.
+    pub stopping: watch::Receiver<bool>,
+    /// Set once when Raft stopped for good: every request is then refused.
+    pub fatal: OnceLock<String>,
+}
+
+impl Service {
+    /// Whether this server has never been part of a cluster: no membership, nothing
+    /// logged, never voted.
+    pub fn is_fresh(&self) -> bool {
+        is_fresh(&self.server)
+    }
+
+    /// This agent's own status.
+    pub fn agent_self(&self) -> AgentSelf {
+        AgentSelf {
+            id: self.server.id(),
+            fresh: self.is_fresh(),
+            leader: self.server.leader(),
+            term: self.server.term(),
+            last_applied: self.server.last_applied(),
+        }
+    }
+}
+
+/// Whether `server` has never been part of a cluster.
+pub(crate) fn is_fresh(server: &Server) -> bool {
+    let metrics = server.raft().metrics();
+    let m = metrics.borrow();
+    m.membership_config.membership().nodes().next().is_none()
+        && m.last_log_index.is_none()
+        && m.current_term == 0
+}
