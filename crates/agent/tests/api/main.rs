@@ -1,6 +1,7 @@
 //! The agent's HTTP API in this process: reads, writes, blocking queries, bad input,
 //! tokens, the event stream, and three agents forwarding and proxying.
 
+mod hostile;
 mod support;
 
 use std::time::{Duration, Instant};

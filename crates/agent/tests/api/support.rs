@@ -64,6 +64,16 @@ impl Agents {
 
     /// Starts `n` agents and waits for a leader.
     pub async fn start(n: usize, token: Option<&str>) -> Agents {
+        Agents::start_with(n, token, |_| {}).await
+    }
+
+    /// Starts `n` agents, each configuration changed by `adjust`, and waits for a
+    /// leader.
+    pub async fn start_with(
+        n: usize,
+        token: Option<&str>,
+        adjust: impl Fn(&mut AgentConfig),
+    ) -> Agents {
         let mut a = Agents {
             dir: tempfile::tempdir().expect("tempdir"),
             agents: Vec::new(),
@@ -71,7 +81,9 @@ impl Agents {
             token: token.map(str::to_string),
         };
         for i in 0..n {
-            let agent = Agent::start(a.config(i)).await.expect("agent starts");
+            let mut config = a.config(i);
+            adjust(&mut config);
+            let agent = Agent::start(config).await.expect("agent starts");
             a.agents.push(Some(agent));
         }
         a.wait_leader().await;
