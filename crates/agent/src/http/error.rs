@@ -57,6 +57,23 @@ impl ApiError {
     }
 }
 
+/// What of an error from Raft's internals an answer may show: its words, not the
+/// structures openraft prints with them (memberships with every server's address,
+/// log ids, votes). The whole text goes to the agent's log.
+fn public(why: &str) -> String {
+    let cut = why.find(['{', '[', '(']).unwrap_or(why.len());
+    let head = why[..cut].trim_end_matches([' ', ':', ',', '=']);
+    if cut == why.len() {
+        return why.to_string();
+    }
+    tracing::info!(detail = %why, "an error answer left out Raft's details");
+    if head.is_empty() {
+        "the cluster is unavailable (details in the server's log)".to_string()
+    } else {
+        format!("{head} (details in the server's log)")
+    }
+}
+
 impl From<ProposeError> for ApiError {
     fn from(e: ProposeError) -> Self {
         let message = e.to_string();
@@ -87,10 +104,13 @@ impl From<ProposeError> for ApiError {
                 "NotLeader",
                 format!("{message}; the outcome is unknown: read before retrying"),
             ),
-            ProposeError::Unavailable(_) => ApiError::new(
+            ProposeError::Unavailable(why) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
-                format!("{message}; the outcome is unknown: read before retrying"),
+                format!(
+                    "no answer from the cluster ({}); the outcome is unknown: read before retrying",
+                    public(&why)
+                ),
             ),
             ProposeError::Stopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -109,7 +129,7 @@ impl From<ClusterError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "NotLeader", e.to_string())
             }
             ClusterError::Unavailable(why) => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", why)
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", public(&why))
             }
             ClusterError::Stopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -136,5 +156,23 @@ impl IntoResponse for ApiError {
             );
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::public;
+
+    #[test]
+    fn raft_structures_stay_out_of_error_answers() {
+        assert_eq!(public("timed out"), "timed out");
+        let shown = public(
+            "quorum not enough: cluster: {voters:[{1:BasicNode { addr: \"10.0.0.1:4646\" }}]}, got: {1}",
+        );
+        assert_eq!(
+            shown,
+            "quorum not enough: cluster (details in the server's log)"
+        );
+        assert!(!public("{1: 10.0.0.1}").contains("10.0.0.1"));
     }
 }
