@@ -47,5 +47,5 @@ pub use client::{Client, ClientError, Indexed, ReadOptions};
 pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_BYTES};
 pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;
-pub use process::raise_open_file_limit;
+pub use process::{OpenFileLimit, raise_open_file_limit};
 pub use transport::{HttpTransport, MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH};

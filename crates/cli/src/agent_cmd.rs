@@ -121,8 +121,12 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
         ..Limits::default()
     };
     match schedstate_agent::raise_open_file_limit() {
-        Ok((before, after)) if before != after => {
-            tracing::info!(before, after, "raised the open-file limit")
+        Ok(l) if l.before != l.after => {
+            tracing::info!(
+                before = l.before,
+                after = l.after,
+                "raised the open-file limit"
+            )
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),

@@ -9,33 +9,7 @@ use crate::report::{num, round2};
 
 /// Raises the soft descriptor limit to the hard one; (soft, hard) after.
 pub fn raise_nofile_limit() -> (u64, u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one `rlimit` into the struct we own and pass by pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return (0, 0);
-    }
-    let mut target = lim.rlim_max;
-    if target == libc::RLIM_INFINITY {
-        // NOFILE cannot be unlimited: the kernel's ceiling is fs.nr_open.
-        target = std::fs::read_to_string("/proc/sys/fs/nr_open")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(1 << 20);
-    }
-    if lim.rlim_cur < target {
-        let want = libc::rlimit {
-            rlim_cur: target,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit only reads the struct we pass.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
-            lim.rlim_cur = target;
-        }
-    }
-    (lim.rlim_cur, lim.rlim_max)
+    schedstate_agent::raise_open_file_limit().map_or((0, 0), |l| (l.after, l.hard))
 }
 
 /// (VmRSS, VmHWM) of `pid` in kB.
