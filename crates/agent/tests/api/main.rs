@@ -1,6 +1,7 @@
 //! The agent's HTTP API in this process: reads, writes, blocking queries, bad input,
 //! tokens, the event stream, and three agents forwarding and proxying.
 
+mod health;
 mod hostile;
 mod support;
 
