@@ -54,7 +54,14 @@ pub fn ports(dir: &Path, n: usize) -> Result<Vec<u16>, CliError> {
             .collect::<Result<_, _>>()
             .map_err(|e| err(format!("no free port: {e}")))?
     };
-    std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    // The cluster's directory holds its key and the agents' logs: owner only.
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(dir)
+        .map_err(|e| err(format!("{}: {e}", dir.display())))?;
     let text: Vec<String> = ports.iter().map(u16::to_string).collect();
     std::fs::write(&file, text.join(" ") + "\n")
         .map_err(|e| err(format!("{}: {e}", file.display())))?;
