@@ -18,7 +18,7 @@ pub const RAFT_RPC_PATH: &str = "/v1/raft/rpc";
 pub const RAFT_RPC_CONTENT_TYPE: &str = "application/x-schedstate-raft";
 
 /// The largest Raft RPC body, either way (a batch of entries, a snapshot chunk).
-pub const MAX_RPC_BYTES: usize = 64 << 20;
+pub use schedstate_raft::wire::MAX_RPC_BYTES;
 
 /// One server's way to the others over HTTP. Cheap to clone (a pooled client).
 #[derive(Clone, Debug)]
@@ -65,10 +65,8 @@ impl Transport for HttpTransport {
         let unreachable = |reason: String| RpcFailure::Unreachable { target, reason };
         let body = request.encode().map_err(|e| protocol(e.to_string()))?;
         if body.len() > MAX_RPC_BYTES {
-            return Err(protocol(format!(
-                "an RPC of {} bytes is over the limit of {MAX_RPC_BYTES}",
-                body.len()
-            )));
+            // A batch of entries is split by openraft on this answer.
+            return Err(request.too_large(target, body.len()));
         }
         let signed = self.key.as_ref().map(|key| key.sign_request(&body));
         let mut req = self

@@ -68,6 +68,7 @@
 mod batcher;
 mod committed;
 mod error;
+pub mod inbound;
 mod log_format;
 mod log_store;
 mod network;
@@ -76,6 +77,7 @@ mod read_barrier;
 mod router;
 mod server;
 mod snapshot_file;
+pub mod snapshot_receiver;
 mod state_machine;
 mod tcp;
 pub mod wire;

@@ -12,7 +12,8 @@ use std::pin::Pin;
 
 use openraft::BasicNode;
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -41,6 +42,14 @@ pub enum RpcFailure {
         target: NodeId,
         /// What was wrong.
         reason: String,
+    },
+    /// The request was too large to send: openraft sends fewer entries next time.
+    #[error("an RPC to server {target} over the size limit; at most {entries_hint} entries fit")]
+    PayloadTooLarge {
+        /// The server the RPC was for.
+        target: NodeId,
+        /// How many entries would fit.
+        entries_hint: u64,
     },
 }
 
@@ -161,6 +170,9 @@ fn rpc_error<T, E: std::error::Error>(
         Err(f @ RpcFailure::Protocol { .. }) => {
             Err(RPCError::Network(NetworkError::new(&Failure(f))))
         }
+        Err(RpcFailure::PayloadTooLarge { entries_hint, .. }) => Err(RPCError::PayloadTooLarge(
+            PayloadTooLarge::new_entries_hint(entries_hint.max(1)),
+        )),
     }
 }
 

@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use schedstate::state::Command;
 
 use crate::network::{Network, RpcFailure, RpcResult};
+use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse};
 use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
 
 /// Connects servers of one process. Cheap to clone.
@@ -155,7 +156,19 @@ impl Router {
     }
 }
 
-/// One server's view of a [`Router`].
+/// A refusal (or an answer of another kind) as the sender sees it.
+fn refused(target: NodeId, answer: RpcAnswer) -> RpcFailure {
+    RpcFailure::Protocol {
+        target,
+        reason: match answer {
+            RpcAnswer::Refused(why) => format!("refused: {why}"),
+            _ => "answer of another kind than the request".into(),
+        },
+    }
+}
+
+/// One server's view of a [`Router`]. Requests go through the same checks as on a
+/// real network ([`answer_or_refuse`]), so every in-process test exercises them.
 #[derive(Clone)]
 pub struct RouterNetwork {
     router: Router,
@@ -170,8 +183,10 @@ impl Network for RouterNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
         let server = self.router.route(self.from, target).await?;
-        let answer = server.raft().append_entries(rpc).await;
-        self.router.answer(self.from, target, answer)
+        match answer_or_refuse(&server, RpcRequest::AppendEntries(rpc)).await {
+            RpcAnswer::AppendEntries(answer) => self.router.answer(self.from, target, answer),
+            other => Err(refused(target, other)),
+        }
     }
 
     async fn vote(
@@ -181,8 +196,10 @@ impl Network for RouterNetwork {
         rpc: VoteRequest<NodeId>,
     ) -> RpcResult<VoteResponse<NodeId>> {
         let server = self.router.route(self.from, target).await?;
-        let answer = server.raft().vote(rpc).await;
-        self.router.answer(self.from, target, answer)
+        match answer_or_refuse(&server, RpcRequest::Vote(rpc)).await {
+            RpcAnswer::Vote(answer) => self.router.answer(self.from, target, answer),
+            other => Err(refused(target, other)),
+        }
     }
 
     async fn install_snapshot(
@@ -192,8 +209,10 @@ impl Network for RouterNetwork {
         rpc: InstallSnapshotRequest<TypeConfig>,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
         let server = self.router.route(self.from, target).await?;
-        let answer = server.raft().install_snapshot(rpc).await;
-        self.router.answer(self.from, target, answer)
+        match answer_or_refuse(&server, RpcRequest::InstallSnapshot(rpc)).await {
+            RpcAnswer::InstallSnapshot(answer) => self.router.answer(self.from, target, answer),
+            other => Err(refused(target, other)),
+        }
     }
 
     async fn forward(

@@ -14,32 +14,38 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use crate::network::RpcFailure;
-use crate::wire::{RpcAnswer, RpcRequest, Transport, answer_rpc};
+use crate::wire::{MAX_RPC_BYTES, RpcAnswer, RpcRequest, Transport, answer_or_refuse};
 use crate::{NodeId, Server};
 
-/// The largest frame sent or accepted (a snapshot chunk, a batch of entries).
-pub const MAX_FRAME: u32 = 256 << 20;
+/// The largest frame sent or accepted (a snapshot chunk, a batch of entries): the
+/// wire's [`MAX_RPC_BYTES`].
+pub const MAX_FRAME: u32 = MAX_RPC_BYTES as u32;
 
-async fn write_frame<T: Serialize>(stream: &mut TcpStream, value: &T) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 4];
-    buf = postcard::to_extend(value, buf).map_err(std::io::Error::other)?;
-    let len = u32::try_from(buf.len() - 4)
-        .ok()
-        .filter(|n| *n <= MAX_FRAME)
-        .ok_or_else(|| {
-            std::io::Error::other(format!("frame of {} bytes is too large", buf.len()))
-        })?;
-    buf[0..4].copy_from_slice(&len.to_le_bytes());
-    stream.write_all(&buf).await
+/// A frame's bytes, or why there are none.
+enum Frame {
+    Bytes(Vec<u8>),
+    TooLarge(usize),
 }
 
-async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
+fn encode_frame(payload: Vec<u8>) -> Frame {
+    if payload.len() > MAX_RPC_BYTES {
+        return Frame::TooLarge(payload.len());
+    }
+    let mut buf = Vec::with_capacity(payload.len() + 4);
+    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&payload);
+    Frame::Bytes(buf)
+}
+
+/// Reads one frame's payload. The length in its header is a claim: the buffer grows
+/// as bytes arrive, never to the claim at once, and a claim over [`MAX_FRAME`] is
+/// refused before anything is read.
+async fn read_frame(stream: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await?;
     let len = u32::from_le_bytes(len);
@@ -48,9 +54,15 @@ async fn read_frame<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std
             "frame of {len} bytes exceeds the limit"
         )));
     }
-    let mut buf = vec![0u8; len as usize];
-    stream.read_exact(&mut buf).await?;
-    postcard::from_bytes(&buf).map_err(std::io::Error::other)
+    let mut buf = Vec::with_capacity((len as usize).min(64 << 10));
+    let read = (&mut *stream)
+        .take(u64::from(len))
+        .read_to_end(&mut buf)
+        .await?;
+    if read != len as usize {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(buf)
 }
 
 /// One server's network over TCP. Cheap to clone; clones share the connection pool.
@@ -82,19 +94,31 @@ impl TcpNetwork {
                 })?,
         };
         let _ = stream.set_nodelay(true);
-        write_frame(&mut stream, &request)
+        let payload = request.encode().map_err(|e| RpcFailure::Protocol {
+            target,
+            reason: e.to_string(),
+        })?;
+        let frame = match encode_frame(payload) {
+            Frame::Bytes(b) => b,
+            Frame::TooLarge(n) => return Err(request.too_large(target, n)),
+        };
+        stream
+            .write_all(&frame)
             .await
             .map_err(|e| RpcFailure::Unreachable {
                 target,
                 reason: format!("send to {addr}: {e}"),
             })?;
-        let answer: RpcAnswer =
-            read_frame(&mut stream)
-                .await
-                .map_err(|e| RpcFailure::Unreachable {
-                    target,
-                    reason: format!("answer from {addr}: {e}"),
-                })?;
+        let bytes = read_frame(&mut stream)
+            .await
+            .map_err(|e| RpcFailure::Unreachable {
+                target,
+                reason: format!("answer from {addr}: {e}"),
+            })?;
+        let answer = RpcAnswer::decode(&bytes).map_err(|e| RpcFailure::Protocol {
+            target,
+            reason: format!("answer from {addr}: {e}"),
+        })?;
         self.pool
             .lock()
             .entry(addr.to_string())
@@ -179,8 +203,20 @@ impl Drop for TcpEndpoint {
 async fn serve_connection(mut stream: TcpStream, server: Server) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     loop {
-        let request: RpcRequest = read_frame(&mut stream).await?;
-        let answer = answer_rpc(&server, request).await;
-        write_frame(&mut stream, &answer).await?;
+        let bytes = read_frame(&mut stream).await?;
+        let answer = match RpcRequest::decode(&bytes) {
+            Ok(request) => answer_or_refuse(&server, request).await,
+            Err(refused) => RpcAnswer::Refused(refused.to_string()),
+        };
+        drop(bytes);
+        let payload = answer.encode().map_err(std::io::Error::other)?;
+        match encode_frame(payload) {
+            Frame::Bytes(b) => stream.write_all(&b).await?,
+            Frame::TooLarge(n) => {
+                return Err(std::io::Error::other(format!(
+                    "an answer of {n} bytes exceeds the limit"
+                )));
+            }
+        }
     }
 }

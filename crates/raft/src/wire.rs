@@ -18,8 +18,14 @@ use openraft::raft::{
 use schedstate::state::Command;
 use serde::{Deserialize, Serialize};
 
+use crate::inbound::{self, RpcRefused};
 use crate::network::{Network, RpcFailure, RpcResult};
 use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
+
+/// The largest RPC either way, encoded (a batch of entries, a snapshot chunk). A
+/// sender splits a batch of entries that would be larger (openraft's
+/// `PayloadTooLarge`); a receiver refuses a larger one before reading it.
+pub const MAX_RPC_BYTES: usize = 64 << 20;
 
 /// One RPC from a server to another.
 #[derive(Debug, Serialize, Deserialize)]
@@ -47,6 +53,8 @@ pub enum RpcAnswer {
     ),
     /// The answer to [`RpcRequest::Forward`].
     Forward(WireOutcome),
+    /// The request was refused before Raft saw it (see [`crate::inbound`]).
+    Refused(String),
 }
 
 macro_rules! postcard_codec {
@@ -60,12 +68,20 @@ macro_rules! postcard_codec {
                 postcard::to_stdvec(self)
             }
 
-            /// Reads one from its bytes.
+            /// Reads one from its bytes: all of them, nothing may follow it.
             ///
             /// # Errors
-            /// The bytes are not a value of this type.
-            pub fn decode(bytes: &[u8]) -> Result<Self, postcard::Error> {
-                postcard::from_bytes(bytes)
+            /// [`RpcRefused::Malformed`]: the bytes are not one value of this type.
+            pub fn decode(bytes: &[u8]) -> Result<Self, RpcRefused> {
+                let (value, rest) = postcard::take_from_bytes(bytes)
+                    .map_err(|e| RpcRefused::Malformed(e.to_string()))?;
+                if !rest.is_empty() {
+                    return Err(RpcRefused::Malformed(format!(
+                        "{} bytes follow the value",
+                        rest.len()
+                    )));
+                }
+                Ok(value)
             }
         }
     };
@@ -73,6 +89,31 @@ macro_rules! postcard_codec {
 
 postcard_codec!(RpcRequest);
 postcard_codec!(RpcAnswer);
+
+impl RpcRequest {
+    /// Why this request, `encoded_len` bytes encoded, cannot be sent to `target`: a
+    /// batch of entries can be split (openraft retries with fewer), anything else not.
+    pub fn too_large(&self, target: NodeId, encoded_len: usize) -> RpcFailure {
+        let entries = match self {
+            RpcRequest::AppendEntries(rpc) => rpc.entries.len(),
+            _ => 0,
+        };
+        if entries >= 2 {
+            let fit = (entries as u128 * MAX_RPC_BYTES as u128 / encoded_len.max(1) as u128) as u64;
+            RpcFailure::PayloadTooLarge {
+                target,
+                entries_hint: fit.clamp(1, entries as u64 - 1),
+            }
+        } else {
+            RpcFailure::Protocol {
+                target,
+                reason: format!(
+                    "an RPC of {encoded_len} bytes is over the limit of {MAX_RPC_BYTES} and cannot be split"
+                ),
+            }
+        }
+    }
+}
 
 /// A proposal's outcome as it crosses the wire: a refusal as kind and message (the
 /// store's error types are not serializable; their kind names them).
@@ -151,18 +192,41 @@ impl From<WireOutcome> for Result<Committed, ProposeError> {
     }
 }
 
-/// Answers one RPC on the receiving server: hands it to its Raft (or, for a forwarded
-/// proposal, proposes it there) and waits for the result.
-pub async fn answer_rpc(server: &Server, request: RpcRequest) -> RpcAnswer {
-    match request {
+/// Answers one RPC on the receiving server: checks it against what the server knows
+/// ([`crate::inbound`]), then hands it to its Raft (a snapshot chunk to the server's
+/// snapshot receiver; a forwarded proposal is proposed there) and waits for the
+/// result.
+///
+/// # Errors
+/// [`RpcRefused`]: the request broke a rule; nothing changed.
+pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswer, RpcRefused> {
+    let view = server.inbound_view();
+    Ok(match request {
         RpcRequest::AppendEntries(rpc) => {
+            inbound::check_append(&view, &rpc)?;
             RpcAnswer::AppendEntries(server.raft().append_entries(rpc).await)
         }
-        RpcRequest::Vote(rpc) => RpcAnswer::Vote(server.raft().vote(rpc).await),
+        RpcRequest::Vote(rpc) => {
+            inbound::check_vote(&view, &rpc)?;
+            RpcAnswer::Vote(server.raft().vote(rpc).await)
+        }
         RpcRequest::InstallSnapshot(rpc) => {
-            RpcAnswer::InstallSnapshot(server.raft().install_snapshot(rpc).await)
+            inbound::check_snapshot_chunk(&view, &rpc)?;
+            RpcAnswer::InstallSnapshot(server.receive_snapshot_chunk(view.vote, rpc).await?)
         }
         RpcRequest::Forward(command) => RpcAnswer::Forward(server.propose(command).await.into()),
+    })
+}
+
+/// [`answer_rpc`] with a refusal as an answer (for transports that carry only
+/// answers); the refusal is logged at debug level.
+pub async fn answer_or_refuse(server: &Server, request: RpcRequest) -> RpcAnswer {
+    match answer_rpc(server, request).await {
+        Ok(answer) => answer,
+        Err(refused) => {
+            tracing::debug!(%refused, "Raft RPC refused");
+            RpcAnswer::Refused(refused.to_string())
+        }
     }
 }
 
@@ -178,10 +242,13 @@ pub trait Transport: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<RpcAnswer, RpcFailure>> + Send;
 }
 
-fn unexpected(target: NodeId) -> RpcFailure {
+fn unexpected(target: NodeId, answer: RpcAnswer) -> RpcFailure {
     RpcFailure::Protocol {
         target,
-        reason: "answer of another kind than the request".into(),
+        reason: match answer {
+            RpcAnswer::Refused(why) => format!("refused: {why}"),
+            _ => "answer of another kind than the request".into(),
+        },
     }
 }
 
@@ -197,7 +264,7 @@ impl<T: Transport> Network for T {
             .await?
         {
             RpcAnswer::AppendEntries(a) => Ok(a),
-            _ => Err(unexpected(target)),
+            other => Err(unexpected(target, other)),
         }
     }
 
@@ -209,7 +276,7 @@ impl<T: Transport> Network for T {
     ) -> RpcResult<VoteResponse<NodeId>> {
         match self.call(target, addr, RpcRequest::Vote(rpc)).await? {
             RpcAnswer::Vote(a) => Ok(a),
-            _ => Err(unexpected(target)),
+            other => Err(unexpected(target, other)),
         }
     }
 
@@ -224,7 +291,7 @@ impl<T: Transport> Network for T {
             .await?
         {
             RpcAnswer::InstallSnapshot(a) => Ok(a),
-            _ => Err(unexpected(target)),
+            other => Err(unexpected(target, other)),
         }
     }
 
@@ -239,7 +306,7 @@ impl<T: Transport> Network for T {
             .await?
         {
             RpcAnswer::Forward(outcome) => Ok(outcome.into()),
-            _ => Err(unexpected(target)),
+            other => Err(unexpected(target, other)),
         }
     }
 }

@@ -95,10 +95,12 @@ async fn answer(
         key.verify_body(head, &read.bytes)
             .map_err(|e| refused(&e))?;
     }
-    let request = RpcRequest::decode(&read.bytes)
-        .map_err(|e| ApiError::bad_request(format!("not a Raft RPC: {e}")))?;
+    let request =
+        RpcRequest::decode(&read.bytes).map_err(|e| ApiError::bad_request(e.to_string()))?;
     drop(read);
-    let answer = answer_rpc(&st.server, request).await;
+    let answer = answer_rpc(&st.server, request)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "RaftRpcRefused", e.to_string()))?;
     let bytes = answer.encode().map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -2,6 +2,7 @@
 //! that catches up by snapshot, partitions, and seeded random schedules — every
 //! acknowledged write applied exactly once on every server, states byte-identical.
 
+mod forged;
 mod golden;
 mod log_files;
 mod membership;
@@ -25,6 +26,8 @@ fn small_snapshots() -> ServerOptions {
     o.raft.purge_batch_size = 1;
     // A small cache: catching up reads entries back from the segments.
     o.log.cache_bytes = 16 << 10;
+    // Small chunks: a snapshot crosses in many, each checked by the receiver.
+    o.raft.snapshot_max_chunk_size = 4 << 10;
     o
 }
 

@@ -1,0 +1,567 @@
+//! The checks every inbound Raft RPC passes before openraft sees it, whoever sent it.
+//!
+//! openraft trusts its peers: a term near `u64::MAX` is persisted and overflows at the
+//! next election; entries out of order or with a gap stop its core with a storage
+//! error; a made-up leader's membership entry is appended like any other. The cluster
+//! key keeps strangers out, and these checks keep any one RPC — a forged one, or one
+//! from a server with a bug — from doing any of that. Each refusal is a typed
+//! [`RpcRefused`] that changed nothing.
+//!
+//! The rules, against what this server knows ([`ServerView`]):
+//!
+//! - **Terms**: every term in the request (its vote, its log ids, its entries) is below
+//!   [`MAX_TERM`] (2^62) and at most [`MAX_TERM_STEP`] (2^32) above this server's
+//!   current term. Terms grow by one per election; 2^32 elections at one every 200 ms
+//!   take 27 years, so no cluster gets there honestly, while 2^62 leaves every
+//!   `term + 1` openraft computes far from overflowing.
+//! - **AppendEntries**: the entries are consecutive from `prev_log_id.index + 1` (from 0
+//!   without a `prev_log_id`, openraft's first index), their terms never decrease, start
+//!   at or above `prev_log_id`'s term and end at or below the request's term, as do
+//!   `leader_commit`'s. Each membership entry is a step Raft can take from the one
+//!   before it (the same voter sets with learners added or removed, entering a joint
+//!   configuration from its first half, or leaving one for either half); its addresses
+//!   are non-empty, printable and short.
+//! - **Who sends**: a server that has a membership takes AppendEntries only from a
+//!   member of a membership it knows or of one the request itself introduces by such
+//!   steps; votes only for a member it knows; snapshots only from a member it knows or
+//!   from a leader of a snapshot whose voters hold a majority of the ones it knows and
+//!   include this server. A fresh server (no membership: a learner being added) takes
+//!   any sender.
+//! - **Snapshots**: see [`SnapshotReceiver`](crate::snapshot_receiver::SnapshotReceiver).
+
+use std::collections::BTreeSet;
+
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{BasicNode, EntryPayload, LogId, Membership, Vote};
+
+use crate::{NodeId, TypeConfig};
+
+/// No term at or above this is taken (2^62).
+pub const MAX_TERM: u64 = 1 << 62;
+
+/// No term further than this above the current one is taken (2^32).
+pub const MAX_TERM_STEP: u64 = 1 << 32;
+
+/// The longest server address taken in a membership.
+pub const MAX_ADDRESS_BYTES: usize = 255;
+
+/// Why an inbound RPC was refused before Raft saw it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RpcRefused {
+    /// The bytes are not one whole RPC.
+    #[error("not a Raft RPC: {0}")]
+    Malformed(String),
+    /// A term out of bounds.
+    #[error(
+        "{field} has term {term}; this server is at term {current} and takes none above {limit}"
+    )]
+    Term {
+        /// Which term.
+        field: &'static str,
+        /// Its value.
+        term: u64,
+        /// This server's current term.
+        current: u64,
+        /// The largest term taken now.
+        limit: u64,
+    },
+    /// Entries that do not follow each other.
+    #[error("entry {position} has index {got}; after {after:?} the next index is {expected}")]
+    NotConsecutive {
+        /// Its position in the request.
+        position: usize,
+        /// Its index.
+        got: u64,
+        /// The index it must have.
+        expected: u64,
+        /// The log id it follows.
+        after: Option<LogId<NodeId>>,
+    },
+    /// A term that goes backwards, or above the leader's.
+    #[error("{field} has term {term}, outside {low}..={high}")]
+    TermOrder {
+        /// Which one.
+        field: String,
+        /// Its term.
+        term: u64,
+        /// The lowest term it may have.
+        low: u64,
+        /// The highest term it may have.
+        high: u64,
+    },
+    /// The sender is not a member of any membership this server knows.
+    #[error("server {sender} is not a member of this server's cluster ({members:?})")]
+    NotAMember {
+        /// The sender.
+        sender: NodeId,
+        /// The members this server knows.
+        members: BTreeSet<NodeId>,
+    },
+    /// A membership entry that Raft could not have produced from the one before.
+    #[error("the membership {got:?} cannot follow {after:?}")]
+    MembershipJump {
+        /// The voter sets before.
+        after: Vec<BTreeSet<NodeId>>,
+        /// The voter sets proposed.
+        got: Vec<BTreeSet<NodeId>>,
+    },
+    /// A server address that is empty, not printable or too long.
+    #[error(
+        "server {id} has the address {address:?}: not 1 to {MAX_ADDRESS_BYTES} printable bytes"
+    )]
+    BadAddress {
+        /// The server.
+        id: NodeId,
+        /// Its address (cut to 64 characters).
+        address: String,
+    },
+    /// A snapshot chunk refused (see the snapshot receiver).
+    #[error("snapshot: {0}")]
+    Snapshot(String),
+}
+
+/// What a server knows when it checks an RPC.
+#[derive(Debug, Clone, Default)]
+pub struct ServerView {
+    /// This server's id.
+    pub id: NodeId,
+    /// Its current term.
+    pub current_term: u64,
+    /// Its vote.
+    pub vote: Vote<NodeId>,
+    /// The members (voters and learners) of every membership it knows (the
+    /// effective and the committed one).
+    pub members: BTreeSet<NodeId>,
+    /// The voters of its effective membership.
+    pub voters: BTreeSet<NodeId>,
+    /// The voter sets of its effective membership (two in a joint configuration).
+    pub configs: Vec<BTreeSet<NodeId>>,
+}
+
+impl ServerView {
+    /// Whether the server has a membership at all (a fresh one does not).
+    pub fn has_membership(&self) -> bool {
+        !self.members.is_empty()
+    }
+
+    fn term_limit(&self) -> u64 {
+        self.current_term
+            .saturating_add(MAX_TERM_STEP)
+            .min(MAX_TERM - 1)
+    }
+
+    fn check_term(&self, field: &'static str, term: u64) -> Result<(), RpcRefused> {
+        let limit = self.term_limit();
+        if term > limit {
+            return Err(RpcRefused::Term {
+                field,
+                term,
+                current: self.current_term,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_member(&self, sender: NodeId) -> Result<(), RpcRefused> {
+        if self.has_membership() && !self.members.contains(&sender) {
+            return Err(RpcRefused::NotAMember {
+                sender,
+                members: self.members.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn check_log_id(
+    view: &ServerView,
+    field: &'static str,
+    id: &Option<LogId<NodeId>>,
+) -> Result<(), RpcRefused> {
+    match id {
+        Some(id) => view.check_term(field, id.leader_id.term),
+        None => Ok(()),
+    }
+}
+
+fn check_addresses(m: &Membership<NodeId, BasicNode>) -> Result<(), RpcRefused> {
+    for (id, node) in m.nodes() {
+        let a = &node.addr;
+        // What an address means is the network's business (`host:port` for the
+        // agent's, a name for the in-process router's); here it is only bounded.
+        let ok = !a.is_empty()
+            && a.len() <= MAX_ADDRESS_BYTES
+            && !a.chars().any(|c| c.is_control() || c.is_whitespace());
+        if !ok {
+            return Err(RpcRefused::BadAddress {
+                id: *id,
+                address: a.chars().take(64).collect(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether Raft can go from voter sets `before` to `after` in one membership entry:
+/// the same sets (learners changed), into a joint configuration from its first half,
+/// or out of one to either half. A fresh server (no sets) takes anything.
+fn is_step(before: &[BTreeSet<NodeId>], after: &[BTreeSet<NodeId>]) -> bool {
+    if before.is_empty() || before == after {
+        return true;
+    }
+    match (before, after) {
+        // [old] → [old, new]
+        ([old], [first, _]) => first == old,
+        // [old, new] → [new] or back to [old]
+        ([old, new], [only]) => only == new || only == old,
+        // [old, new] → [new, newer]: openraft 0.9 may start the next change from the
+        // joint's second half.
+        ([_, new], [first, _]) => first == new,
+        _ => false,
+    }
+}
+
+/// Checks an AppendEntries request.
+///
+/// # Errors
+/// [`RpcRefused`] naming the first rule broken.
+pub fn check_append(
+    view: &ServerView,
+    rpc: &AppendEntriesRequest<TypeConfig>,
+) -> Result<(), RpcRefused> {
+    let term = rpc.vote.leader_id.term;
+    view.check_term("the request's vote", term)?;
+    check_log_id(view, "prev_log_id", &rpc.prev_log_id)?;
+    check_log_id(view, "leader_commit", &rpc.leader_commit)?;
+    if let Some(c) = &rpc.leader_commit
+        && c.leader_id.term > term
+    {
+        return Err(RpcRefused::TermOrder {
+            field: "leader_commit".into(),
+            term: c.leader_id.term,
+            low: 0,
+            high: term,
+        });
+    }
+    let mut expected = rpc.prev_log_id.map_or(0, |p| p.index.saturating_add(1));
+    let mut low = rpc.prev_log_id.map_or(0, |p| p.leader_id.term);
+    let mut configs = view.configs.clone();
+    let mut members = view.members.clone();
+    for (position, entry) in rpc.entries.iter().enumerate() {
+        if entry.log_id.index != expected {
+            return Err(RpcRefused::NotConsecutive {
+                position,
+                got: entry.log_id.index,
+                expected,
+                after: rpc.prev_log_id,
+            });
+        }
+        let t = entry.log_id.leader_id.term;
+        if t < low || t > term {
+            return Err(RpcRefused::TermOrder {
+                field: format!("entry {position} (index {expected})"),
+                term: t,
+                low,
+                high: term,
+            });
+        }
+        if let EntryPayload::Membership(m) = &entry.payload {
+            check_addresses(m)?;
+            let next = m.get_joint_config().clone();
+            if !is_step(&configs, &next) {
+                return Err(RpcRefused::MembershipJump {
+                    after: configs,
+                    got: next,
+                });
+            }
+            configs = next;
+            members.extend(m.nodes().map(|(id, _)| *id));
+        }
+        low = t;
+        expected = expected.saturating_add(1);
+    }
+    let sender = rpc.vote.leader_id.node_id;
+    if view.has_membership() && !members.contains(&sender) {
+        return Err(RpcRefused::NotAMember { sender, members });
+    }
+    Ok(())
+}
+
+/// Checks a RequestVote request.
+///
+/// # Errors
+/// [`RpcRefused`] naming the first rule broken.
+pub fn check_vote(view: &ServerView, rpc: &VoteRequest<NodeId>) -> Result<(), RpcRefused> {
+    let term = rpc.vote.leader_id.term;
+    view.check_term("the candidate's vote", term)?;
+    check_log_id(view, "last_log_id", &rpc.last_log_id)?;
+    if let Some(l) = &rpc.last_log_id
+        && l.leader_id.term > term
+    {
+        return Err(RpcRefused::TermOrder {
+            field: "last_log_id".into(),
+            term: l.leader_id.term,
+            low: 0,
+            high: term,
+        });
+    }
+    view.check_member(rpc.vote.leader_id.node_id)
+}
+
+/// Checks the parts of an InstallSnapshot chunk that do not depend on the chunks
+/// before it (those are the receiver's).
+///
+/// # Errors
+/// [`RpcRefused`] naming the first rule broken.
+pub fn check_snapshot_chunk(
+    view: &ServerView,
+    rpc: &InstallSnapshotRequest<TypeConfig>,
+) -> Result<(), RpcRefused> {
+    let term = rpc.vote.leader_id.term;
+    view.check_term("the request's vote", term)?;
+    check_log_id(view, "the snapshot's last log id", &rpc.meta.last_log_id)?;
+    if let Some(l) = &rpc.meta.last_log_id
+        && l.leader_id.term > term
+    {
+        return Err(RpcRefused::TermOrder {
+            field: "the snapshot's last log id".into(),
+            term: l.leader_id.term,
+            low: 0,
+            high: term,
+        });
+    }
+    let membership = rpc.meta.last_membership.membership();
+    check_addresses(membership)?;
+    let sender = rpc.vote.leader_id.node_id;
+    if !view.has_membership() || view.members.contains(&sender) {
+        return Ok(());
+    }
+    // A leader this server has not heard of: taken only from a cluster that is this
+    // one's continuation — this server among its voters, and a majority of the voters
+    // this server knows still there.
+    let theirs: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let kept = view.voters.intersection(&theirs).count();
+    let continuation =
+        theirs.contains(&view.id) && theirs.contains(&sender) && kept * 2 > view.voters.len();
+    if continuation {
+        Ok(())
+    } else {
+        Err(RpcRefused::NotAMember {
+            sender,
+            members: view.members.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use openraft::{CommittedLeaderId, Entry, LeaderId};
+
+    use super::*;
+    use crate::Proposal;
+
+    fn view() -> ServerView {
+        ServerView {
+            id: 2,
+            current_term: 5,
+            vote: Vote::new_committed(5, 1),
+            members: [1, 2, 3].into(),
+            voters: [1, 2, 3].into(),
+            configs: vec![[1, 2, 3].into()],
+        }
+    }
+
+    fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
+        Entry {
+            log_id: log_id(term, index),
+            payload: EntryPayload::Normal(Proposal {
+                commands: Vec::<Arc<_>>::new(),
+            }),
+        }
+    }
+
+    fn membership(configs: Vec<BTreeSet<NodeId>>, addr: &str) -> Membership<NodeId, BasicNode> {
+        let nodes: BTreeMap<NodeId, BasicNode> = configs
+            .iter()
+            .flatten()
+            .map(|id| (*id, BasicNode { addr: addr.into() }))
+            .collect();
+        Membership::new(configs, nodes)
+    }
+
+    fn append(
+        leader: NodeId,
+        term: u64,
+        prev: Option<LogId<NodeId>>,
+        entries: Vec<Entry<TypeConfig>>,
+    ) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(term, leader),
+            prev_log_id: prev,
+            entries,
+            leader_commit: prev,
+        }
+    }
+
+    #[test]
+    fn a_leaders_ordinary_requests_pass() {
+        let v = view();
+        check_append(
+            &v,
+            &append(1, 5, Some(log_id(4, 9)), vec![blank(4, 10), blank(5, 11)]),
+        )
+        .unwrap();
+        check_append(&v, &append(1, 6, None, vec![blank(0, 0), blank(6, 1)])).unwrap();
+        check_append(&v, &append(1, 5, Some(log_id(5, 3)), vec![])).unwrap();
+        check_vote(&v, &VoteRequest::new(Vote::new(6, 3), Some(log_id(5, 20)))).unwrap();
+    }
+
+    #[test]
+    fn terms_that_could_overflow_or_leap_are_refused() {
+        let v = view();
+        for term in [u64::MAX, MAX_TERM, 5 + MAX_TERM_STEP + 1] {
+            let e = check_append(&v, &append(1, term, None, vec![])).unwrap_err();
+            assert!(matches!(e, RpcRefused::Term { .. }), "{e}");
+            let e = check_vote(&v, &VoteRequest::new(Vote::new(term, 3), None)).unwrap_err();
+            assert!(matches!(e, RpcRefused::Term { .. }), "{e}");
+        }
+        let e = check_append(&v, &append(1, 5, Some(log_id(u64::MAX, 1)), vec![])).unwrap_err();
+        assert!(matches!(e, RpcRefused::Term { .. }), "{e}");
+    }
+
+    #[test]
+    fn gaps_disorder_and_terms_out_of_order_are_refused() {
+        let v = view();
+        let p = Some(log_id(4, 9));
+        let gap = append(1, 5, p, vec![blank(5, 11)]);
+        assert!(matches!(
+            check_append(&v, &gap),
+            Err(RpcRefused::NotConsecutive { expected: 10, .. })
+        ));
+        let swapped = append(1, 5, p, vec![blank(5, 11), blank(5, 10)]);
+        assert!(matches!(
+            check_append(&v, &swapped),
+            Err(RpcRefused::NotConsecutive { .. })
+        ));
+        let backwards = append(1, 5, p, vec![blank(5, 10), blank(4, 11)]);
+        assert!(matches!(
+            check_append(&v, &backwards),
+            Err(RpcRefused::TermOrder { .. })
+        ));
+        let above_leader = append(1, 5, p, vec![blank(6, 10)]);
+        assert!(matches!(
+            check_append(&v, &above_leader),
+            Err(RpcRefused::TermOrder { .. })
+        ));
+        let below_prev = append(1, 5, p, vec![blank(3, 10)]);
+        assert!(matches!(
+            check_append(&v, &below_prev),
+            Err(RpcRefused::TermOrder { .. })
+        ));
+    }
+
+    #[test]
+    fn a_made_up_leader_and_a_membership_jump_are_refused() {
+        let v = view();
+        let e = check_append(&v, &append(99, 5, Some(log_id(4, 9)), vec![])).unwrap_err();
+        assert!(
+            matches!(e, RpcRefused::NotAMember { sender: 99, .. }),
+            "{e}"
+        );
+        // The hijack: leader 99 with a membership of itself alone.
+        let hijack = append(
+            99,
+            5,
+            Some(log_id(4, 9)),
+            vec![Entry {
+                log_id: log_id(5, 10),
+                payload: EntryPayload::Membership(membership(vec![[99].into()], "127.0.0.1:9")),
+            }],
+        );
+        let e = check_append(&v, &hijack).unwrap_err();
+        assert!(matches!(e, RpcRefused::MembershipJump { .. }), "{e}");
+        // A legitimate step: a learner added, then the joint configuration with it; its
+        // leader is then a member the request introduced.
+        let m1 = {
+            let mut nodes: BTreeMap<NodeId, BasicNode> = [1, 2, 3, 4]
+                .into_iter()
+                .map(|id| {
+                    (
+                        id,
+                        BasicNode {
+                            addr: format!("10.0.0.{id}:4646"),
+                        },
+                    )
+                })
+                .collect();
+            nodes.insert(
+                4,
+                BasicNode {
+                    addr: "10.0.0.4:4646".into(),
+                },
+            );
+            Membership::new(vec![[1, 2, 3].into()], nodes)
+        };
+        let m2 = membership(vec![[1, 2, 3].into(), [1, 2, 3, 4].into()], "10.0.0.9:4646");
+        let steps = append(
+            4,
+            5,
+            Some(log_id(4, 9)),
+            vec![
+                Entry {
+                    log_id: log_id(5, 10),
+                    payload: EntryPayload::Membership(m1),
+                },
+                Entry {
+                    log_id: log_id(5, 11),
+                    payload: EntryPayload::Membership(m2),
+                },
+            ],
+        );
+        check_append(&v, &steps).unwrap();
+        let bad_address = append(
+            1,
+            5,
+            Some(log_id(4, 9)),
+            vec![Entry {
+                log_id: log_id(5, 10),
+                payload: EntryPayload::Membership(membership(vec![[1, 2, 3].into()], "")),
+            }],
+        );
+        assert!(matches!(
+            check_append(&v, &bad_address),
+            Err(RpcRefused::BadAddress { .. })
+        ));
+        // A fresh server takes any sender.
+        check_append(
+            &ServerView::default(),
+            &append(99, 1, None, vec![blank(0, 0)]),
+        )
+        .unwrap();
+        let e = check_vote(&v, &VoteRequest::new(Vote::new(6, 99), None)).unwrap_err();
+        assert!(matches!(e, RpcRefused::NotAMember { .. }), "{e}");
+    }
+
+    #[test]
+    fn membership_steps() {
+        let s = |v: &[u64]| v.iter().copied().collect::<BTreeSet<NodeId>>();
+        assert!(is_step(&[s(&[1, 2, 3])], &[s(&[1, 2, 3])]));
+        assert!(is_step(
+            &[s(&[1, 2, 3])],
+            &[s(&[1, 2, 3]), s(&[1, 2, 3, 4])]
+        ));
+        assert!(is_step(&[s(&[1, 2, 3]), s(&[2, 3, 4])], &[s(&[2, 3, 4])]));
+        assert!(!is_step(&[s(&[1, 2, 3])], &[s(&[99])]));
+        assert!(!is_step(&[s(&[1, 2, 3])], &[s(&[99]), s(&[1, 2, 3])]));
+        assert!(is_step(&[], &[s(&[99])]));
+        let _ = LeaderId::new(1, 1);
+    }
+}

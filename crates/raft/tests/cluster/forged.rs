@@ -1,0 +1,321 @@
+//! Forged Raft RPCs handed straight to a follower's `answer_rpc` — the path every
+//! transport takes — as an attacker on the network (or a server with a bug) would
+//! send them. Each one once crashed, bricked, silently stopped or hijacked a server;
+//! each is now refused, the follower's Raft keeps running, and the cluster keeps
+//! committing writes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{
+    BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta,
+    StoredMembership, Vote,
+};
+use schedstate_raft::inbound::RpcRefused;
+use schedstate_raft::wire::{RpcAnswer, RpcRequest, answer_rpc};
+use schedstate_raft::{NodeId, Proposal, Server, ServerOptions, TypeConfig};
+
+use crate::support::*;
+
+/// A three-server cluster that committed a few writes; its leader and one follower.
+async fn cluster() -> (Arc<Cluster>, Server, Server) {
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    for seq in 0..5 {
+        propose_until_known(&cluster, &marker_node("before", seq)).await;
+    }
+    cluster.converge().await;
+    let leader = cluster.wait_leader(&[]).await;
+    let follower = cluster
+        .live()
+        .into_iter()
+        .find(|s| s.id() != leader.id())
+        .unwrap();
+    (cluster, leader, follower)
+}
+
+fn last_log_id(s: &Server) -> LogId<NodeId> {
+    s.raft().metrics().borrow().last_applied.expect("applied")
+}
+
+fn vote_of(s: &Server) -> Vote<NodeId> {
+    s.raft().metrics().borrow().vote
+}
+
+fn running(s: &Server) -> bool {
+    s.raft().metrics().borrow().running_state.is_ok()
+}
+
+fn entry(
+    term: u64,
+    leader: NodeId,
+    index: u64,
+    payload: EntryPayload<TypeConfig>,
+) -> Entry<TypeConfig> {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(term, leader), index),
+        payload,
+    }
+}
+
+fn blank_proposal() -> EntryPayload<TypeConfig> {
+    EntryPayload::Normal(Proposal {
+        commands: Vec::new(),
+    })
+}
+
+/// The cluster is healthy: the follower's Raft runs and a write through it commits
+/// and reaches it.
+async fn still_serving(cluster: &Cluster, follower: &Server, tag: &str) {
+    assert!(running(follower), "{tag}: the follower's Raft stopped");
+    let index = propose_until_known(cluster, &marker_node(tag, 0)).await;
+    follower.wait_applied(index, DEADLINE).await.unwrap();
+    assert!(
+        follower
+            .read_stale()
+            .view()
+            .node(&format!("{tag}-0"))
+            .is_some()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_chunk_at_a_far_offset_allocates_nothing() {
+    let (cluster, leader, follower) = cluster().await;
+    let meta = SnapshotMeta {
+        last_log_id: Some(last_log_id(&leader)),
+        last_membership: StoredMembership::default(),
+        snapshot_id: "forged".into(),
+    };
+    let chunk = |offset: u64, data: Vec<u8>, done: bool| {
+        RpcRequest::InstallSnapshot(InstallSnapshotRequest {
+            vote: vote_of(&leader),
+            meta: meta.clone(),
+            offset,
+            data,
+            done,
+        })
+    };
+    // Out of place (no transfer under way, then not at the received offset): the
+    // answer is openraft's own mismatch, on which a leader starts over.
+    for request in [
+        chunk(1 << 40, vec![1], false),
+        chunk(1 << 40, vec![1], true),
+    ] {
+        match answer_rpc(&follower, request).await.unwrap() {
+            RpcAnswer::InstallSnapshot(Err(e)) => {
+                assert!(
+                    e.to_string().contains("mismatch") || e.to_string().contains("Mismatch"),
+                    "{e}"
+                )
+            }
+            other => panic!("not a mismatch: {other:?}"),
+        }
+    }
+    answer_rpc(&follower, chunk(0, vec![0; 100], false))
+        .await
+        .unwrap();
+    assert!(matches!(
+        answer_rpc(&follower, chunk(1 << 40, vec![1], false))
+            .await
+            .unwrap(),
+        RpcAnswer::InstallSnapshot(Err(_))
+    ));
+    still_serving(&cluster, &follower, "after-offset").await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_past_the_cap_or_that_does_not_decode_is_refused_and_raft_runs_on() {
+    let options = ServerOptions {
+        max_snapshot_bytes: 1 << 20,
+        ..ServerOptions::default()
+    };
+    let cluster = Arc::new(Cluster::start(3, options).await);
+    propose_until_known(&cluster, &marker_node("before", 0)).await;
+    let leader = cluster.wait_leader(&[]).await;
+    let follower = cluster
+        .live()
+        .into_iter()
+        .find(|s| s.id() != leader.id())
+        .unwrap();
+    let members: BTreeMap<NodeId, BasicNode> = (1..=3)
+        .map(|id| {
+            (
+                id,
+                BasicNode {
+                    addr: format!("server-{id}"),
+                },
+            )
+        })
+        .collect();
+    let meta = SnapshotMeta {
+        last_log_id: Some(LogId::new(
+            CommittedLeaderId::new(vote_of(&leader).leader_id.term, leader.id()),
+            last_log_id(&leader).index + 1_000,
+        )),
+        last_membership: StoredMembership::new(None, Membership::from(members)),
+        snapshot_id: "garbage".into(),
+    };
+    let request = |offset: u64, data: Vec<u8>, done: bool| {
+        RpcRequest::InstallSnapshot(InstallSnapshotRequest {
+            vote: vote_of(&leader),
+            meta: meta.clone(),
+            offset,
+            data,
+            done,
+        })
+    };
+    // A garbage final chunk: refused before openraft sees it (it used to stop the core).
+    let e = answer_rpc(
+        &follower,
+        request(0, b"not a snapshot at all".to_vec(), true),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, RpcRefused::Snapshot(_)), "{e}");
+    // Past the cap: refused, the partial transfer dropped.
+    answer_rpc(&follower, request(0, vec![0; 600 << 10], false))
+        .await
+        .unwrap();
+    let e = answer_rpc(&follower, request(600 << 10, vec![0; 600 << 10], false))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("limit"), "{e}");
+    assert_eq!(follower.snapshots_installed(), 0);
+    still_serving(&cluster, &follower, "after-garbage").await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_with_the_largest_term_is_refused_and_the_server_restarts_fine() {
+    let (cluster, leader, follower) = cluster().await;
+    let term_before = follower.term();
+    for term in [u64::MAX, 1 << 62, term_before + (1 << 33)] {
+        let heartbeat = RpcRequest::AppendEntries(AppendEntriesRequest {
+            vote: Vote::new_committed(term, leader.id()),
+            prev_log_id: None,
+            entries: vec![],
+            leader_commit: None,
+        });
+        let e = answer_rpc(&follower, heartbeat).await.unwrap_err();
+        assert!(matches!(e, RpcRefused::Term { .. }), "{e}");
+        let vote = RpcRequest::Vote(VoteRequest::new(Vote::new(term, leader.id()), None));
+        let e = answer_rpc(&follower, vote).await.unwrap_err();
+        assert!(matches!(e, RpcRefused::Term { .. }), "{e}");
+    }
+    assert_eq!(follower.term(), term_before, "a refused term was taken");
+    // Nothing was persisted: the server restarts, elects and serves as before.
+    let id = follower.id();
+    cluster.crash(id).await;
+    let back = cluster.open(id).await;
+    assert!(back.term() < 1 << 32);
+    cluster.converge().await;
+    still_serving(&cluster, &back, "after-brick").await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gapped_and_out_of_order_entries_are_refused_and_the_core_keeps_running() {
+    let (cluster, leader, follower) = cluster().await;
+    let last = last_log_id(&follower);
+    let term = vote_of(&leader).leader_id.term;
+    let append = |entries: Vec<Entry<TypeConfig>>| {
+        RpcRequest::AppendEntries(AppendEntriesRequest {
+            vote: Vote::new_committed(term, leader.id()),
+            prev_log_id: Some(last),
+            entries,
+            leader_commit: Some(last),
+        })
+    };
+    let gapped = append(vec![entry(
+        term,
+        leader.id(),
+        last.index + 5,
+        blank_proposal(),
+    )]);
+    let e = answer_rpc(&follower, gapped).await.unwrap_err();
+    assert!(matches!(e, RpcRefused::NotConsecutive { .. }), "{e}");
+    let swapped = append(vec![
+        entry(term, leader.id(), last.index + 2, blank_proposal()),
+        entry(term, leader.id(), last.index + 1, blank_proposal()),
+    ]);
+    let e = answer_rpc(&follower, swapped).await.unwrap_err();
+    assert!(matches!(e, RpcRefused::NotConsecutive { .. }), "{e}");
+    let above = append(vec![entry(
+        term + 1,
+        leader.id(),
+        last.index + 1,
+        blank_proposal(),
+    )]);
+    let e = answer_rpc(&follower, above).await.unwrap_err();
+    assert!(matches!(e, RpcRefused::TermOrder { .. }), "{e}");
+    still_serving(&cluster, &follower, "after-gaps").await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_leader_cannot_rewrite_the_membership() {
+    let (cluster, leader, follower) = cluster().await;
+    let before = follower.members();
+    let last = last_log_id(&follower);
+    let term = vote_of(&leader).leader_id.term;
+    let attacker: BTreeMap<NodeId, BasicNode> = [(
+        99,
+        BasicNode {
+            addr: "127.0.0.1:9".into(),
+        },
+    )]
+    .into();
+    let hijack = |leader_id: NodeId| {
+        RpcRequest::AppendEntries(AppendEntriesRequest {
+            vote: Vote::new_committed(term, leader_id),
+            prev_log_id: Some(last),
+            entries: vec![entry(
+                term,
+                leader_id,
+                last.index + 1,
+                EntryPayload::Membership(Membership::from(attacker.clone())),
+            )],
+            leader_commit: Some(last),
+        })
+    };
+    for leader_id in [99, leader.id()] {
+        let e = answer_rpc(&follower, hijack(leader_id)).await.unwrap_err();
+        assert!(
+            matches!(e, RpcRefused::MembershipJump { .. }),
+            "leader {leader_id}: {e}"
+        );
+    }
+    let heartbeat = RpcRequest::AppendEntries(AppendEntriesRequest {
+        vote: Vote::new_committed(term + 1, 99),
+        prev_log_id: Some(last),
+        entries: vec![],
+        leader_commit: None,
+    });
+    let e = answer_rpc(&follower, heartbeat).await.unwrap_err();
+    assert!(
+        matches!(e, RpcRefused::NotAMember { sender: 99, .. }),
+        "{e}"
+    );
+    assert_eq!(follower.members(), before);
+    let id = follower.id();
+    cluster.crash(id).await;
+    let back = cluster.open(id).await;
+    assert_eq!(back.members(), before, "after a restart too");
+    still_serving(&cluster, &back, "after-hijack").await;
+    cluster.shutdown().await;
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let request = RpcRequest::Vote(VoteRequest::new(Vote::new(1, 1), None));
+    let mut bytes = request.encode().unwrap();
+    assert!(RpcRequest::decode(&bytes).is_ok());
+    bytes.extend_from_slice(&[0; 64]);
+    let e = RpcRequest::decode(&bytes).unwrap_err();
+    assert!(matches!(e, RpcRefused::Malformed(_)), "{e}");
+    // A heartbeat followed by megabytes of zeros is not a heartbeat.
+    let zeros = vec![0u8; 16 << 20];
+    assert!(RpcRequest::decode(&zeros).is_err());
+}
