@@ -136,6 +136,50 @@ async fn raft_rpcs_without_the_cluster_key_are_refused_and_the_cluster_writes_on
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_rpc_signed_with_the_key_is_still_checked_before_raft() {
+    use openraft::Vote;
+    use openraft::raft::VoteRequest;
+    use schedstate_raft::wire::RpcRequest;
+
+    let agents = Agents::start(3, None).await;
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    let term = agents.agents[follower].as_ref().unwrap().server().term();
+    // A holder of the key (a server with a bug, a stolen key) asking for a vote at the
+    // largest term: the brick of the review. Refused; the term is unchanged.
+    let forged = RpcRequest::Vote(VoteRequest::new(Vote::new(u64::MAX, 1), None))
+        .encode()
+        .unwrap();
+    let (header, _) = cluster_key().sign_request(&forged);
+    let resp = reqwest::Client::new()
+        .post(agents.url(follower, "/v1/raft/rpc"))
+        .header("content-type", "application/x-schedstate-raft")
+        .header(CLUSTER_AUTH_HEADER, header)
+        .body(forged)
+        .send()
+        .await
+        .unwrap();
+    let (status, e) = error_of(resp).await;
+    assert_eq!(
+        (status, e.kind.as_str()),
+        (400, "RaftRpcRefused"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("term"), "{}", e.message);
+    assert_eq!(
+        agents.agents[follower].as_ref().unwrap().server().term(),
+        term
+    );
+    agents
+        .client(follower)
+        .apply(&upsert("after", "ebs"))
+        .await
+        .unwrap();
+    agents.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_without_a_key_and_dev_on_a_network_address_do_not_start() {
     let dir = tempfile::tempdir().unwrap();
     let ports = free_ports(2);
