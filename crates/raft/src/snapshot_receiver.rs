@@ -156,3 +156,16 @@ pub fn check_snapshot(
         .map_err(|e| refuse(format!("the snapshot does not restore: {e}")))?;
     Ok(())
 }
+
+/// A snapshot file as a leader sends it: `meta` in front of the state `snap` in the
+/// store's format. For tests and fuzzing of the receiving side; servers build theirs
+/// when openraft asks.
+///
+/// # Errors
+/// The state cannot be written (it always can in memory).
+pub fn encode_snapshot(
+    meta: &SnapshotMeta<NodeId, BasicNode>,
+    snap: &schedstate::state::StateSnapshot,
+) -> Result<Vec<u8>, schedstate::persist::PersistError> {
+    snapshot_file::encode(meta, snap)
+}

@@ -319,3 +319,92 @@ fn trailing_bytes_are_refused() {
     let zeros = vec![0u8; 16 << 20];
     assert!(RpcRequest::decode(&zeros).is_err());
 }
+
+/// Writes the seeds of the `raft_rpc` fuzz target (`fuzz/seeds/raft_rpc/`): one real
+/// request of each kind, behind the view bytes the target reads first (a member at
+/// term 5, or a fresh server). Run once when the wire format changes.
+#[test]
+#[ignore = "writes the fuzz seeds; run when the wire format changes"]
+fn write_raft_rpc_fuzz_seeds() {
+    use schedstate::state::Command;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/raft_rpc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let leader = 1;
+    let prev = LogId::new(CommittedLeaderId::new(4, leader), 9);
+    let members: BTreeMap<NodeId, BasicNode> = (1..=4)
+        .map(|id| {
+            (
+                id,
+                BasicNode {
+                    addr: format!("10.0.0.{id}:4646"),
+                },
+            )
+        })
+        .collect();
+    let requests = [
+        (
+            "heartbeat",
+            RpcRequest::AppendEntries(AppendEntriesRequest {
+                vote: Vote::new_committed(5, leader),
+                prev_log_id: Some(prev),
+                entries: vec![],
+                leader_commit: Some(prev),
+            }),
+        ),
+        (
+            "append-two-entries-and-a-learner",
+            RpcRequest::AppendEntries(AppendEntriesRequest {
+                vote: Vote::new_committed(5, leader),
+                prev_log_id: Some(prev),
+                entries: vec![
+                    entry(5, leader, 10, blank_proposal()),
+                    entry(
+                        5,
+                        leader,
+                        11,
+                        EntryPayload::Membership(Membership::new(
+                            vec![[1, 2, 3].into()],
+                            members.clone(),
+                        )),
+                    ),
+                ],
+                leader_commit: Some(prev),
+            }),
+        ),
+        (
+            "vote",
+            RpcRequest::Vote(VoteRequest::new(Vote::new(6, 3), Some(prev))),
+        ),
+        (
+            "snapshot-chunk",
+            RpcRequest::InstallSnapshot(InstallSnapshotRequest {
+                vote: Vote::new_committed(5, leader),
+                meta: SnapshotMeta {
+                    last_log_id: Some(prev),
+                    last_membership: StoredMembership::new(Some(prev), Membership::from(members)),
+                    snapshot_id: "5-1".into(),
+                },
+                offset: 0,
+                data: b"SCHEDRSN".to_vec(),
+                done: false,
+            }),
+        ),
+        (
+            "forward",
+            RpcRequest::Forward(Command::UpsertNode {
+                node: marker_node("seed", 1),
+            }),
+        ),
+    ];
+    for (name, request) in requests {
+        let body = request.encode().unwrap();
+        // A member at term 5 (view byte 0, term kind 1, term 5 as a u16).
+        let mut member = vec![0u8, 1, 5, 0];
+        member.extend_from_slice(&body);
+        std::fs::write(dir.join(name), &member).unwrap();
+        // A fresh server.
+        let mut fresh = vec![1u8];
+        fresh.extend_from_slice(&body);
+        std::fs::write(dir.join(format!("{name}-fresh")), &fresh).unwrap();
+    }
+}
