@@ -140,6 +140,10 @@ impl DurableStore {
             return Err(PersistError::NotADirectory { path: dir });
         }
         fs::create_dir_all(&dir)?;
+        let permissions_fixed = fs::make_owner_only(&dir)?;
+        for path in &permissions_fixed {
+            tracing::warn!(path = %path.display(), "other users could read this; made it owner-only");
+        }
         let lock = DirLock::acquire(&dir)?;
 
         // Nothing below destroys anything recovery needs: a failed step leaves the
@@ -199,11 +203,13 @@ impl DurableStore {
             replayed = recovered.report.replayed,
             "opened data directory"
         );
+        let mut report = recovered.report;
+        report.permissions_fixed = permissions_fixed;
         Ok((
             DurableStore {
                 inner: Arc::new(inner),
             },
-            recovered.report,
+            report,
         ))
     }
 

@@ -18,15 +18,74 @@ fn guarded<T>(op: Op, path: &Path, f: impl FnOnce() -> io::Result<T>) -> Result<
     }
 }
 
-/// Creates `path` (or truncates it) for writing.
+/// The mode of every file the store creates: its owner's only. A data directory holds
+/// the whole state, CSI volume secrets included; no other user of the machine reads it.
+pub const FILE_MODE: u32 = 0o600;
+
+/// The mode of every directory the store creates.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Options that create a file with [`FILE_MODE`] (the umask can only take bits away).
+pub fn owner_only(options: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(options, FILE_MODE);
+    options
+}
+
+/// Creates `path` (or truncates it) for writing, owner-only.
 pub(crate) fn create(path: &Path) -> Result<File> {
     guarded(Op::Create, path, || {
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
+        owner_only(OpenOptions::new().write(true).create(true).truncate(true)).open(path)
     })
+}
+
+fn dir_builder(recursive: bool) -> fs::DirBuilder {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(recursive);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, DIR_MODE);
+    b
+}
+
+/// Makes the data directory `dir` and what is in it owner-only, as the store would
+/// have created them: the directory (and any directory in it) [`DIR_MODE`], files
+/// [`FILE_MODE`]. Returns what it changed, for the caller to warn about: a directory
+/// made by an older version, or by hand, that others could read.
+///
+/// # Errors
+/// The directory cannot be listed or a mode cannot be set.
+pub fn make_owner_only(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut fixed = Vec::new();
+    #[cfg(unix)]
+    fix_modes(dir, 2, &mut fixed)?;
+    Ok(fixed)
+}
+
+#[cfg(unix)]
+fn fix_modes(dir: &Path, depth: u32, fixed: &mut Vec<PathBuf>) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let fix = |path: &Path, meta: &fs::Metadata, mode: u32, fixed: &mut Vec<PathBuf>| {
+        if meta.permissions().mode() & 0o077 != 0 {
+            fs::set_permissions(path, fs::Permissions::from_mode(mode)).at(path)?;
+            fixed.push(path.to_path_buf());
+        }
+        Ok::<(), super::error::PersistError>(())
+    };
+    let meta = fs::symlink_metadata(dir).at(dir)?;
+    fix(dir, &meta, DIR_MODE, fixed)?;
+    for entry in fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let path = entry.path();
+        let meta = entry.metadata().at(&path)?;
+        if meta.is_dir() {
+            if depth > 0 {
+                fix_modes(&path, depth - 1, fixed)?;
+            }
+        } else if meta.is_file() {
+            fix(&path, &meta, FILE_MODE, fixed)?;
+        }
+    }
+    Ok(())
 }
 
 /// Opens an existing file to append to it, or to cut it.
@@ -86,14 +145,14 @@ pub(crate) fn remove_dir(path: &Path) -> Result<()> {
     guarded(Op::Remove, path, || fs::remove_dir(path))
 }
 
-/// Creates a directory.
+/// Creates a directory, owner-only.
 pub(crate) fn create_dir(path: &Path) -> Result<()> {
-    guarded(Op::CreateDir, path, || fs::create_dir(path))
+    guarded(Op::CreateDir, path, || dir_builder(false).create(path))
 }
 
-/// Creates a directory and its missing parents.
+/// Creates a directory and its missing parents, owner-only.
 pub(crate) fn create_dir_all(path: &Path) -> Result<()> {
-    guarded(Op::CreateDir, path, || fs::create_dir_all(path))
+    guarded(Op::CreateDir, path, || dir_builder(true).create(path))
 }
 
 /// The directory that names `path` (`.` for a bare file name).

@@ -25,13 +25,15 @@ impl DirLock {
     /// [`PersistError::Locked`] if another process or handle holds it.
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         let path = dir.join(LOCK_FILE);
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .at(&path)?;
+        let file = super::fs::owner_only(
+            fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )
+        .open(&path)
+        .at(&path)?;
         match file.try_lock() {
             Ok(()) => Ok(DirLock { _file: file, path }),
             Err(fs::TryLockError::WouldBlock) => Err(PersistError::Locked { path }),

@@ -36,6 +36,7 @@ pub use data_dir::{
 };
 pub use durable::{DurableStore, OpenReport, Options, SyncPolicy, TornTail};
 pub use error::{PersistError, Result};
+pub use fs::{DIR_MODE, FILE_MODE, make_owner_only, owner_only};
 pub use lock::DirLock;
 pub use repair::{Dropped, RepairReport, repair_data_dir};
 pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};

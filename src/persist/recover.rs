@@ -37,6 +37,9 @@ pub struct OpenReport {
     pub torn_tail: Option<TornTail>,
     /// The log segments found, in order.
     pub segments: Vec<PathBuf>,
+    /// The directory and files that other users could read or write, made
+    /// owner-only on open (read-only opens change nothing and leave this empty).
+    pub permissions_fixed: Vec<PathBuf>,
 }
 
 /// The files of a data directory.

@@ -15,6 +15,7 @@ mod persist_corruption;
 mod persist_faults;
 mod persist_golden;
 mod persist_group;
+mod persist_modes;
 mod persist_repair;
 mod persist_roundtrip;
 mod state_batch;

@@ -96,11 +96,10 @@ impl CommittedFile {
     /// Opens (creating) the file in `dir`; `written` is what it holds now.
     pub(crate) fn open(dir: &Path, written: Option<LogId<NodeId>>) -> CommittedFile {
         let path = committed_path(dir);
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
+        let file = schedstate::persist::owner_only(
+            File::options().create(true).truncate(false).write(true),
+        )
+        .open(&path)
             .map_err(|e| {
                 tracing::warn!(path = %path.display(), error = %e, "raft log: committed pointer not kept");
             })

@@ -73,6 +73,9 @@ pub struct LogOpenReport {
     pub entries: u64,
     /// Bytes of a torn tail cut off the last segment (a crash mid-append).
     pub torn_bytes: u64,
+    /// The directory and files that other users could read or write, made
+    /// owner-only on open.
+    pub permissions_fixed: Vec<std::path::PathBuf>,
 }
 
 /// Counters of the log's work since it was opened.
@@ -194,6 +197,10 @@ impl LogStore {
         options: LogOptions,
     ) -> Result<(LogStore, LogOpenReport), PersistError> {
         create_dir_all(dir)?;
+        let permissions_fixed = schedstate::persist::make_owner_only(dir)?;
+        for path in &permissions_fixed {
+            tracing::warn!(path = %path.display(), "other users could read this; made it owner-only");
+        }
         // One server per directory, across processes and within one.
         let lock = DirLock::acquire(dir)?;
         let meta_file = meta_path(dir);
@@ -226,7 +233,10 @@ impl LogStore {
         }
         seqs.sort_unstable();
 
-        let mut report = LogOpenReport::default();
+        let mut report = LogOpenReport {
+            permissions_fixed,
+            ..LogOpenReport::default()
+        };
         let mut entries: VecDeque<Slot> = VecDeque::new();
         let mut segments = BTreeMap::new();
         let mut last_index: Option<u64> = None;

@@ -344,3 +344,45 @@ async fn a_lone_restarted_server_serves_its_committed_writes_without_a_leader() 
     }
     cluster.shutdown().await;
 }
+
+/// Every file of a server's directory — log segments, metadata, the committed
+/// pointer, snapshots, the lock — is its owner's only, and a directory left readable
+/// is made owner-only when the server opens it again, and reported.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_files_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let cluster = Arc::new(Cluster::start(3, small_snapshots()).await);
+    for seq in 0..400 {
+        propose_until_known(&cluster, &marker_node("modes", seq)).await;
+    }
+    cluster.converge().await;
+    let dir = cluster.dir(1);
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let names: Vec<String> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with(".rsnap")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("committed")), "{names:?}");
+    assert_eq!(mode(&dir), 0o700);
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{}", f.display());
+    }
+    cluster.crash(1).await;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&files[0], std::fs::Permissions::from_mode(0o644)).unwrap();
+    let back = cluster.open(1).await;
+    let fixed = &back.open_report().permissions_fixed;
+    assert!(
+        fixed.contains(&dir) && fixed.contains(&files[0]),
+        "{fixed:?}"
+    );
+    assert_eq!(mode(&dir), 0o700);
+    cluster.converge().await;
+    cluster.shutdown().await;
+}
