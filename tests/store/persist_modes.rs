@@ -70,7 +70,7 @@ fn everything_the_store_creates_is_owner_only_whatever_the_umask() {
         };
         assert_eq!(*m, want, "{path} is {m:o}");
     }
-    assert_eq!(mode(&dir.parent().unwrap().to_path_buf()), 0o700);
+    assert_eq!(mode(dir.parent().unwrap()), 0o700);
     assert_eq!(mode(&snap), 0o600);
     drop(db);
 }
