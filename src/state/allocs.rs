@@ -6,18 +6,13 @@ use std::sync::Arc;
 use crate::engine::Key;
 use crate::model::{Allocation, Id};
 
-use super::error::{Result, StateError};
+use super::error::Result;
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
 pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
+    // An empty id is an input rule (`input.rs`).
     for mut alloc in allocs {
-        if alloc.id.is_empty() {
-            return Err(StateError::MissingField {
-                what: "allocation",
-                field: "id",
-            });
-        }
         // Borrowed: only the create index is needed, not a counted reference.
         let existing = w.txn.view().get_value(w.t.allocs, &Key::str(&alloc.id));
         alloc.create_index = existing.map_or(w.index, |a| a.create_index);

@@ -59,7 +59,9 @@ impl StateStore {
         for command in commands {
             let mark = txn.savepoint();
             let mut w = Writer::new(txn, self.tables());
-            let applied = apply_by_ref(&mut w, command);
+            let applied = command
+                .check_input()
+                .and_then(|()| apply_by_ref(&mut w, command));
             txn = w.into_txn();
             match applied {
                 Ok(()) => {

@@ -31,6 +31,15 @@ pub enum StateError {
         /// The kind of write.
         what: &'static str,
     },
+    /// A command breaks an input rule (a size or character limit): known before any
+    /// state is read, so a replicated server refuses it before proposing it.
+    #[error("{field}: {reason}")]
+    InvalidInput {
+        /// The field (or list) at fault.
+        field: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A required field is empty.
     #[error("{what}: {field} is required")]
     MissingField {
@@ -174,6 +183,7 @@ impl StateError {
             StateError::Engine(_) => "Engine",
             StateError::EmptyRequest { .. } => "EmptyRequest",
             StateError::MissingField { .. } => "MissingField",
+            StateError::InvalidInput { .. } => "InvalidInput",
             StateError::FingerprintHalves { .. } => "FingerprintHalves",
             StateError::FingerprintMismatch { .. } => "FingerprintMismatch",
             StateError::NodeNotFound(_) => "NodeNotFound",

@@ -17,11 +17,8 @@ pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
 
 /// Upserts nodes in order, each as [`upsert_node`], writing each plugin once.
 pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
-    if nodes.is_empty() {
-        return Err(StateError::EmptyRequest {
-            what: "upsert nodes",
-        });
-    }
+    // An empty batch, an empty id and misfiled fingerprints are input rules
+    // (`input.rs`), checked before any of this runs.
     for node in nodes {
         upsert_one(w, node)?;
     }
@@ -30,13 +27,6 @@ pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
 
 /// The node row and its plugin entries; plugins stay in the writer until flushed.
 fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
-    if node.id.is_empty() {
-        return Err(StateError::MissingField {
-            what: "node",
-            field: "id",
-        });
-    }
-    check_fingerprints(&node)?;
     // Borrowed: only the create index is needed, not a counted reference.
     let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
     node.create_index = existing.map_or(w.index, |n| n.create_index);
@@ -67,7 +57,7 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
 /// the maps they are filed in: an entry of the controller map needs a controller half,
 /// an entry of the node map a node half, and a half the fingerprint carries needs an
 /// entry for its plugin in the map of that kind.
-fn check_fingerprints(node: &Node) -> Result<()> {
+pub(super) fn check_fingerprints(node: &Node) -> Result<()> {
     let maps = [
         (InstanceKind::Controller, &node.csi_controller_plugins),
         (InstanceKind::Node, &node.csi_node_plugins),
@@ -119,11 +109,6 @@ fn check_fingerprints(node: &Node) -> Result<()> {
 
 /// Deletes nodes and every plugin instance on them (docs/rules.md §4.2).
 pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
-    if ids.is_empty() {
-        return Err(StateError::EmptyRequest {
-            what: "delete nodes",
-        });
-    }
     for id in ids {
         if w.view().node(id).is_none() {
             return Err(StateError::NodeNotFound(id.clone()));

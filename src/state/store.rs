@@ -223,11 +223,17 @@ impl StateStore {
         let mut w = Writer::new(txn, self.tables());
         // Rows a command carries are moved into the store when it is owned (copied by
         // `apply_by_ref` when it is borrowed); everything else is read by reference.
-        let applied = match command {
-            Cow::Owned(Command::UpsertNode { node }) => nodes::upsert_node(&mut w, node),
-            Cow::Owned(Command::UpsertNodes { nodes }) => nodes::upsert_nodes(&mut w, nodes),
-            Cow::Owned(Command::UpsertAllocs { allocs }) => allocs::upsert_allocs(&mut w, allocs),
-            other => apply_by_ref(&mut w, &other),
+        // The input rules first: the same refusal whichever path brought the command.
+        let applied = match command.check_input() {
+            Err(e) => Err(e),
+            Ok(()) => match command {
+                Cow::Owned(Command::UpsertNode { node }) => nodes::upsert_node(&mut w, node),
+                Cow::Owned(Command::UpsertNodes { nodes }) => nodes::upsert_nodes(&mut w, nodes),
+                Cow::Owned(Command::UpsertAllocs { allocs }) => {
+                    allocs::upsert_allocs(&mut w, allocs)
+                }
+                other => apply_by_ref(&mut w, &other),
+            },
         };
         if let Err(e) = applied {
             tracing::debug!(error = %e, "rejected");

@@ -8,26 +8,12 @@ use super::error::{Result, StateError};
 use super::tables::volume_key;
 use super::writer::Writer;
 
-fn require(what: &'static str, field: &'static str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        return Err(StateError::MissingField { what, field });
-    }
-    Ok(())
-}
-
 /// Registers volumes, or updates the user fields of registered ones (docs/rules.md
 /// §4.6). Claims, modes and the create index of an existing volume are kept; a new
 /// volume starts unclaimed whatever the request carried.
 pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<()> {
-    if volumes.is_empty() {
-        return Err(StateError::EmptyRequest {
-            what: "register volumes",
-        });
-    }
+    // An empty request and empty ids are input rules (`input.rs`).
     for req in volumes {
-        require("volume", "id", &req.id)?;
-        require("volume", "namespace", &req.namespace)?;
-        require("volume", "plugin id", &req.plugin_id)?;
         let plugin = w
             .plugin(&req.plugin_id)
             .ok_or_else(|| StateError::PluginNotFound(req.plugin_id.clone()))?;
@@ -90,11 +76,6 @@ pub(crate) fn deregister_volumes(
     ids: &[Id],
     force: bool,
 ) -> Result<()> {
-    if ids.is_empty() {
-        return Err(StateError::EmptyRequest {
-            what: "deregister volumes",
-        });
-    }
     for id in ids {
         let vol = w
             .view()

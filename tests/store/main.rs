@@ -21,6 +21,7 @@ mod persist_roundtrip;
 mod state_batch;
 mod state_blocking;
 mod state_claims;
+mod state_input;
 mod state_model;
 mod state_nodes_allocs;
 mod state_plugins;

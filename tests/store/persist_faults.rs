@@ -502,8 +502,13 @@ fn a_command_too_large_for_a_log_record_is_refused_cleanly() {
         DurableStore::open(dir.path(), options(SyncPolicy::EveryCommit, u64::MAX)).expect("open");
     db.upsert_node(1, schedstate::model::Node::new("n1", "client"))
         .expect("write");
-    let huge = schedstate::model::Node::new("n2", "x".repeat(65 << 20));
-    let err = db.upsert_node(2, huge).expect_err("too large");
+    // Within the input rules (names up to 4 KiB, up to 100,000 nodes in one command),
+    // over a log record's 64 MiB all together.
+    let name = "x".repeat(schedstate::state::MAX_TEXT_BYTES);
+    let huge: Vec<_> = (0..17_000)
+        .map(|i| schedstate::model::Node::new(format!("big-{i}"), name.as_str()))
+        .collect();
+    let err = db.upsert_nodes(2, huge).expect_err("too large");
     assert!(
         matches!(
             err,

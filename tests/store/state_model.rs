@@ -240,6 +240,9 @@ impl Model {
                     return Err(Refused::Empty);
                 }
                 for node in nodes {
+                    Self::node_shape(node)?;
+                }
+                for node in nodes {
                     self.upsert_node(index, node)?;
                 }
             }
@@ -300,6 +303,13 @@ impl Model {
                 if volumes.is_empty() {
                     return Err(Refused::Empty);
                 }
+                // Required fields are input rules: every volume's, before any is written.
+                if volumes
+                    .iter()
+                    .any(|v| v.id.is_empty() || v.namespace.is_empty() || v.plugin_id.is_empty())
+                {
+                    return Err(Refused::MissingField);
+                }
                 for v in volumes {
                     self.register(index, v)?;
                 }
@@ -343,7 +353,9 @@ impl Model {
         Ok(())
     }
 
-    fn upsert_node(&mut self, index: u64, node: &Node) -> Result<(), Refused> {
+    /// The node rules that need no state (input rules: checked for every node of a
+    /// command before any of them is written).
+    fn node_shape(node: &Node) -> Result<(), Refused> {
         if node.id.is_empty() {
             return Err(Refused::MissingField);
         }
@@ -366,6 +378,12 @@ impl Model {
                 return Err(Refused::Halves);
             }
         }
+        Ok(())
+    }
+
+    fn upsert_node(&mut self, index: u64, node: &Node) -> Result<(), Refused> {
+        Self::node_shape(node)?;
+        let maps = [&node.csi_controller_plugins, &node.csi_node_plugins];
         let n = node.id.clone();
         let mut row = node.clone();
         row.create_index = self.nodes.get(&n).map_or(index, |o| o.create_index);

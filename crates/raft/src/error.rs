@@ -33,6 +33,16 @@ pub enum ProposeError {
         /// The error's message.
         message: String,
     },
+    /// The command breaks an input rule (sizes, characters, required fields: rules
+    /// that need no state); it was refused before it was proposed — no log entry, no
+    /// index, nothing changed anywhere.
+    #[error("command refused before proposing it: {message}")]
+    Invalid {
+        /// The error's variant name (`InvalidInput`, `MissingField`, …).
+        kind: String,
+        /// The error's message.
+        message: String,
+    },
     /// This server is not the leader; `leader` is the one it knows of, if any.
     #[error("not the leader (leader is {})", describe_leader(*.leader, .address.as_deref()))]
     NotLeader {
@@ -58,6 +68,14 @@ fn describe_leader(leader: Option<NodeId>, address: Option<&str>) -> String {
 }
 
 impl ProposeError {
+    /// The refusal of a command that breaks an input rule.
+    pub fn invalid(error: &StateError) -> Self {
+        ProposeError::Invalid {
+            kind: error.kind().to_string(),
+            message: error.to_string(),
+        }
+    }
+
     pub(crate) fn not_leader(f: ForwardToLeader<NodeId, BasicNode>) -> Self {
         ProposeError::NotLeader {
             leader: f.leader_id,
@@ -79,7 +97,7 @@ impl ProposeError {
     pub fn kind(&self) -> &str {
         match self {
             ProposeError::Refused { error, .. } => error.kind(),
-            ProposeError::RefusedRemotely { kind, .. } => kind,
+            ProposeError::RefusedRemotely { kind, .. } | ProposeError::Invalid { kind, .. } => kind,
             ProposeError::NotLeader { .. } => "NotLeader",
             ProposeError::Unavailable(_) => "Unavailable",
             ProposeError::Stopped => "Stopped",
@@ -91,7 +109,9 @@ impl ProposeError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            ProposeError::Refused { .. } | ProposeError::RefusedRemotely { .. }
+            ProposeError::Refused { .. }
+                | ProposeError::RefusedRemotely { .. }
+                | ProposeError::Invalid { .. }
         )
     }
 }

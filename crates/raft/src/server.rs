@@ -192,11 +192,16 @@ impl Server {
     /// share a log entry (and its index): one append and one fsync for all of them.
     ///
     /// # Errors
+    /// [`ProposeError::Invalid`] when it breaks an input rule (nothing proposed);
     /// [`ProposeError::Refused`] with the typed [`StateError`](schedstate::state::StateError)
-    /// when the rules refuse it (it is still a committed, no-op entry);
+    /// when the rules refuse it on the state (it is still a committed, no-op entry);
     /// [`ProposeError::NotLeader`] naming the leader; see [`ProposeError`] for when the
     /// outcome is unknown.
     pub async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
+        // The input rules need no state: a command that breaks one costs no log entry.
+        command
+            .check_input()
+            .map_err(|e| ProposeError::invalid(&e))?;
         self.inner.batcher.propose(command).await
     }
 
@@ -207,6 +212,9 @@ impl Server {
     /// As [`propose`](Self::propose); a refusal forwarded over a network that carries
     /// only kind and message is [`ProposeError::RefusedRemotely`].
     pub async fn propose_or_forward(&self, command: Command) -> Result<Committed, ProposeError> {
+        command
+            .check_input()
+            .map_err(|e| ProposeError::invalid(&e))?;
         let leader = self.leader_node().await;
         match leader {
             Some((id, addr)) if id != self.inner.id => {

@@ -130,6 +130,13 @@ pub enum WireOutcome {
         /// The error's message.
         message: String,
     },
+    /// Refused before it was proposed: it breaks an input rule.
+    Invalid {
+        /// [`StateError::kind`](schedstate::state::StateError::kind).
+        kind: String,
+        /// The error's message.
+        message: String,
+    },
     /// The target is not the leader.
     NotLeader {
         /// The leader it knows of.
@@ -161,6 +168,7 @@ impl From<Result<Committed, ProposeError>> for WireOutcome {
                 kind,
                 message,
             },
+            Err(ProposeError::Invalid { kind, message }) => WireOutcome::Invalid { kind, message },
             Err(ProposeError::NotLeader { leader, address }) => {
                 WireOutcome::NotLeader { leader, address }
             }
@@ -183,6 +191,7 @@ impl From<WireOutcome> for Result<Committed, ProposeError> {
                 kind,
                 message,
             }),
+            WireOutcome::Invalid { kind, message } => Err(ProposeError::Invalid { kind, message }),
             WireOutcome::NotLeader { leader, address } => {
                 Err(ProposeError::NotLeader { leader, address })
             }

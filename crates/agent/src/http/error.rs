@@ -98,6 +98,9 @@ impl From<ProposeError> for ApiError {
                     index: Some(index),
                 },
             },
+            ProposeError::Invalid { kind, message } => {
+                ApiError::new(StatusCode::BAD_REQUEST, &kind, message)
+            }
             ProposeError::NotLeader { leader: None, .. } => ApiError::no_leader(),
             ProposeError::NotLeader { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

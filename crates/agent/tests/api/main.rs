@@ -225,6 +225,17 @@ async fn bad_input_is_refused_and_changes_nothing() {
             "ghost",
         ),
         (vec![b' '; (16 << 20) + 1], 413, "TooLarge", "limit"),
+        // An input rule (no state needed): refused before it is proposed.
+        (
+            serde_json::to_vec(&Command::UpdateNodeStatus {
+                id: "ghost\u{7}".into(),
+                status: NodeStatus::Down,
+            })
+            .unwrap(),
+            400,
+            "InvalidInput",
+            "node id",
+        ),
     ];
     for (body, status, kind, names) in cases {
         let (got, e) = error_of(post(body).await.unwrap()).await;

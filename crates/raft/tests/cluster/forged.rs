@@ -408,3 +408,40 @@ fn write_raft_rpc_fuzz_seeds() {
         std::fs::write(dir.join(format!("{name}-fresh")), &fresh).unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_breaking_an_input_rule_costs_no_log_entry() {
+    use schedstate::model::Node;
+    use schedstate::state::Command;
+    use schedstate_raft::ProposeError;
+
+    let (cluster, leader, follower) = cluster().await;
+    let last = |s: &Server| s.raft().metrics().borrow().last_log_index;
+    let before = last(&leader);
+    let huge_id = Command::UpsertNode {
+        node: Node::new("n".repeat(15 << 20), "host"),
+    };
+    let control = Command::UpsertNode {
+        node: Node::new("n1", "host\u{1b}[2J"),
+    };
+    for command in [huge_id, control] {
+        for (who, result) in [
+            ("leader", leader.propose(command.clone()).await),
+            (
+                "follower",
+                follower.propose_or_forward(command.clone()).await,
+            ),
+        ] {
+            match result {
+                Err(ProposeError::Invalid { kind, message }) => {
+                    assert_eq!(kind, "InvalidInput", "{who}: {message}");
+                    assert!(message.len() < 400, "{who}: the message repeats the input");
+                }
+                other => panic!("{who}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(last(&leader), before, "a refused command took a log entry");
+    still_serving(&cluster, &follower, "after-invalid").await;
+    cluster.shutdown().await;
+}

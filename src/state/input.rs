@@ -1,0 +1,314 @@
+//! The input rules: what a command may carry at all, whatever the state (docs/rules.md,
+//! "Input rules"). They need no state, so a replicated server checks them before it
+//! proposes a command — a command that breaks one costs no log entry — and the store
+//! checks them again when it applies one, so every path refuses the same way.
+//!
+//! - **Sizes**: an id (node, alloc, plugin, volume, namespace, job, task group, the
+//!   keys of a node's fingerprint maps and of a volume's claim maps) at most
+//!   [`MAX_ID_BYTES`]; any other string at most [`MAX_TEXT_BYTES`]; a list in a
+//!   command (nodes, allocs, ids, volumes, claims) at most [`MAX_ITEMS`]; a list or map
+//!   inside a row (fingerprints, volume requests, mount flags, topologies, capabilities,
+//!   secrets, parameters, context, segments, claims) at most [`MAX_ENTRIES`].
+//! - **Characters**: no control characters in any string; no whitespace in an id.
+//! - **Shape**: the rules of the writes that need no state — a request that must name
+//!   something names something (`EmptyRequest`), a row's own id and required fields are
+//!   set (`MissingField`), a node's fingerprints are filed where their halves say
+//!   (`FingerprintMismatch`, `FingerprintHalves`). Their errors are the ones they always
+//!   were; only the place they are checked moved here.
+//!
+//! Generous for real data — Nomad's ids are 36-character UUIDs, CSI plugin ids and
+//! attribute values tens of characters — and small enough that no single command can
+//! make a server hold or log megabytes of one name.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Node};
+
+use super::command::{Command, CsiVolumeClaimRequest};
+use super::error::{Result, StateError};
+
+/// The longest id, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+/// The longest other string, in bytes.
+pub const MAX_TEXT_BYTES: usize = 4096;
+/// The most items of one list of a command.
+pub const MAX_ITEMS: usize = 100_000;
+/// The most entries of one list or map inside a row.
+pub const MAX_ENTRIES: usize = 1_024;
+
+fn invalid(field: &str, reason: String) -> StateError {
+    StateError::InvalidInput {
+        field: field.to_string(),
+        reason,
+    }
+}
+
+/// A string cut for an error message (the whole of a 15 MiB id is not repeated).
+fn shown(s: &str) -> String {
+    let mut cut: String = s.chars().take(40).collect();
+    if cut.len() < s.len() {
+        cut.push('…');
+    }
+    format!("{cut:?}")
+}
+
+fn id(field: &str, value: &str) -> Result<()> {
+    if value.len() > MAX_ID_BYTES {
+        return Err(invalid(
+            field,
+            format!(
+                "{} bytes, over the limit of {MAX_ID_BYTES} for an id",
+                value.len()
+            ),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control() || c.is_whitespace()) {
+        return Err(invalid(
+            field,
+            format!(
+                "{} holds {c:?}: ids take no control characters or whitespace",
+                shown(value)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn text(field: &str, value: &str) -> Result<()> {
+    if value.len() > MAX_TEXT_BYTES {
+        return Err(invalid(
+            field,
+            format!("{} bytes, over the limit of {MAX_TEXT_BYTES}", value.len()),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(invalid(
+            field,
+            format!("{} holds the control character {c:?}", shown(value)),
+        ));
+    }
+    Ok(())
+}
+
+fn count(field: &str, n: usize, limit: usize) -> Result<()> {
+    if n > limit {
+        return Err(invalid(
+            field,
+            format!("{n} entries, over the limit of {limit}"),
+        ));
+    }
+    Ok(())
+}
+
+fn text_map(field: &str, map: &BTreeMap<String, String>) -> Result<()> {
+    count(field, map.len(), MAX_ENTRIES)?;
+    for (k, v) in map {
+        text(field, k)?;
+        text(field, v)?;
+    }
+    Ok(())
+}
+
+fn topology(field: &str, t: &CsiTopology) -> Result<()> {
+    text_map(field, &t.segments)
+}
+
+fn fingerprint(info: &CsiInfo) -> Result<()> {
+    id("fingerprint plugin_id", &info.plugin_id)?;
+    id("fingerprint alloc_id", &info.alloc_id)?;
+    text("fingerprint health_description", &info.health_description)?;
+    text("fingerprint provider", &info.provider)?;
+    text("fingerprint provider_version", &info.provider_version)?;
+    if let Some(n) = &info.node_info {
+        text("fingerprint node_info.id", &n.id)?;
+        if let Some(t) = &n.accessible_topology {
+            topology("fingerprint node_info.accessible_topology", t)?;
+        }
+    }
+    Ok(())
+}
+
+fn node(n: &Node) -> Result<()> {
+    id("node id", &n.id)?;
+    text("node name", &n.name)?;
+    for (field, map) in [
+        ("node csi_controller_plugins", &n.csi_controller_plugins),
+        ("node csi_node_plugins", &n.csi_node_plugins),
+    ] {
+        count(field, map.len(), MAX_ENTRIES)?;
+        for (key, info) in map.iter() {
+            id(field, key)?;
+            fingerprint(info)?;
+        }
+    }
+    Ok(())
+}
+
+fn alloc(a: &Allocation) -> Result<()> {
+    id("allocation id", &a.id)?;
+    id("allocation namespace", &a.namespace)?;
+    id("allocation job_id", &a.job_id)?;
+    id("allocation task_group", &a.task_group)?;
+    id("allocation node_id", &a.node_id)?;
+    count(
+        "allocation csi_volume_requests",
+        a.csi_volume_requests.len(),
+        MAX_ENTRIES,
+    )?;
+    for r in &a.csi_volume_requests {
+        id("allocation csi_volume_requests volume_id", &r.volume_id)?;
+    }
+    Ok(())
+}
+
+fn claim(field: &str, c: &CsiVolumeClaim) -> Result<()> {
+    id(field, &c.alloc_id)?;
+    id(field, &c.node_id)?;
+    text(field, &c.external_node_id)
+}
+
+fn claims(field: &str, map: &BTreeMap<Id, CsiVolumeClaim>) -> Result<()> {
+    count(field, map.len(), MAX_ENTRIES)?;
+    for (k, c) in map {
+        id(field, k)?;
+        claim(field, c)?;
+    }
+    Ok(())
+}
+
+fn ids(field: &str, set: &BTreeSet<Id>) -> Result<()> {
+    count(field, set.len(), MAX_ENTRIES)?;
+    set.iter().try_for_each(|i| id(field, i))
+}
+
+fn volume(v: &CsiVolume) -> Result<()> {
+    id("volume id", &v.id)?;
+    id("volume namespace", &v.namespace)?;
+    id("volume plugin_id", &v.plugin_id)?;
+    text("volume external_id", &v.external_id)?;
+    text("volume provider", &v.provider)?;
+    text("volume provider_version", &v.provider_version)?;
+    text("volume name", &v.name)?;
+    count("volume topologies", v.topologies.len(), MAX_ENTRIES)?;
+    for t in &v.topologies {
+        topology("volume topologies", t)?;
+    }
+    count(
+        "volume requested_capabilities",
+        v.requested_capabilities.len(),
+        MAX_ENTRIES,
+    )?;
+    if let Some(m) = &v.mount_options {
+        text("volume mount_options fs_type", &m.fs_type)?;
+        count(
+            "volume mount_options mount_flags",
+            m.mount_flags.len(),
+            MAX_ENTRIES,
+        )?;
+        for f in &m.mount_flags {
+            text("volume mount_options mount_flags", f)?;
+        }
+    }
+    text_map("volume secrets", &v.secrets)?;
+    text_map("volume parameters", &v.parameters)?;
+    text_map("volume context", &v.context)?;
+    ids("volume read_allocs", &v.read_allocs)?;
+    ids("volume write_allocs", &v.write_allocs)?;
+    claims("volume read_claims", &v.read_claims)?;
+    claims("volume write_claims", &v.write_claims)?;
+    claims("volume past_claims", &v.past_claims)
+}
+
+fn list<T>(field: &str, items: &[T], each: impl Fn(&T) -> Result<()>) -> Result<()> {
+    count(field, items.len(), MAX_ITEMS)?;
+    items.iter().try_for_each(each)
+}
+
+/// A request that must name at least one thing.
+fn some<T>(what: &'static str, items: &[T]) -> Result<()> {
+    if items.is_empty() {
+        return Err(StateError::EmptyRequest { what });
+    }
+    Ok(())
+}
+
+/// A field that must not be empty.
+fn required(what: &'static str, field: &'static str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(StateError::MissingField { what, field });
+    }
+    Ok(())
+}
+
+/// The rules of a whole node row that need no state: an id, fingerprints filed where
+/// their halves say.
+fn node_row(n: &Node) -> Result<()> {
+    required("node", "id", &n.id)?;
+    node(n)?;
+    super::nodes::check_fingerprints(n)
+}
+
+fn alloc_row(a: &Allocation) -> Result<()> {
+    required("allocation", "id", &a.id)?;
+    alloc(a)
+}
+
+fn volume_row(v: &CsiVolume) -> Result<()> {
+    required("volume", "id", &v.id)?;
+    required("volume", "namespace", &v.namespace)?;
+    required("volume", "plugin id", &v.plugin_id)?;
+    volume(v)
+}
+
+impl Command {
+    /// Checks the input rules (the module's doc): sizes and characters, nothing that
+    /// needs the state.
+    ///
+    /// # Errors
+    /// [`StateError::InvalidInput`] naming the field and what is wrong with it.
+    ///
+    /// ```
+    /// use schedstate::model::Node;
+    /// use schedstate::state::Command;
+    ///
+    /// let ok = Command::UpsertNode { node: Node::new("node-1", "host-1") };
+    /// assert!(ok.check_input().is_ok());
+    /// let bad = Command::UpsertNode { node: Node::new("node\n1", "host-1") };
+    /// assert_eq!(bad.check_input().unwrap_err().kind(), "InvalidInput");
+    /// ```
+    pub fn check_input(&self) -> Result<()> {
+        match self {
+            Command::UpsertNode { node: n } => node_row(n),
+            Command::UpsertNodes { nodes } => {
+                some("upsert nodes", nodes)?;
+                list("nodes", nodes, node_row)
+            }
+            Command::DeleteNodes { ids } => {
+                some("delete nodes", ids)?;
+                list("ids", ids, |i| id("node id", i))
+            }
+            Command::UpdateNodeStatus { id: i, .. }
+            | Command::UpdateNodeDrain { id: i, .. }
+            | Command::UpdateNodeEligibility { id: i, .. } => id("node id", i),
+            Command::UpsertAllocs { allocs } => list("allocs", allocs, alloc_row),
+            Command::DeleteAllocs { ids } => list("ids", ids, |i| id("allocation id", i)),
+            Command::RegisterCsiVolumes { volumes } => {
+                some("register volumes", volumes)?;
+                list("volumes", volumes, volume_row)
+            }
+            Command::DeregisterCsiVolumes { namespace, ids, .. } => {
+                some("deregister volumes", ids)?;
+                id("volume namespace", namespace)?;
+                list("ids", ids, |i| id("volume id", i))
+            }
+            Command::ClaimCsiVolumes { claims } => {
+                some("claim volumes", claims)?;
+                list("claims", claims, |c: &CsiVolumeClaimRequest| {
+                    id("claim namespace", &c.namespace)?;
+                    id("claim volume_id", &c.volume_id)?;
+                    claim("claim", &c.claim)
+                })
+            }
+        }
+    }
+}
