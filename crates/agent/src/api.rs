@@ -108,22 +108,28 @@ pub struct RaftServer {
 }
 
 /// `POST /v1/operator/raft/peer`: add a server (as a learner, then a voter once it
-/// caught up) or remove one.
+/// caught up), remove one, or leave a joint configuration a lost leader left behind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 pub enum PeerChange {
-    /// Add server `id` at `address`.
+    /// Add server `id` at `address` (`host:port`). It must catch up within `wait`
+    /// (a duration like `30s`; 30 s when absent) or it is removed again.
     Add {
         /// Its id.
         id: u64,
         /// Its address.
         address: String,
+        /// How long it may take to catch up.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait: Option<String>,
     },
     /// Remove server `id`.
     Remove {
         /// Its id.
         id: u64,
     },
+    /// Leave a joint configuration for its newer half (nothing to do otherwise).
+    Recover,
 }
 
 /// One line of `GET /v1/event/stream`: the events of one committed write. An idle

@@ -133,6 +133,31 @@ pub enum ClusterError {
     /// The server is shutting down or has stopped.
     #[error("the server has stopped")]
     Stopped,
+    /// A membership change that is malformed (id 0, an address that is not
+    /// `host:port`); nothing was proposed.
+    #[error("{0}")]
+    Invalid(String),
+    /// A membership change the current membership does not allow (an id taken by
+    /// another address, the last voter removed); nothing was proposed.
+    #[error("{0}")]
+    Conflict(String),
+    /// A membership change naming a server that is not a member.
+    #[error("server {0} is not a member of the cluster")]
+    NotAMember(NodeId),
+    /// A new server did not catch up within the deadline: it was not made a voter and
+    /// was removed again; the membership is as it was.
+    #[error(
+        "server {id} at {address} did not catch up within {waited_ms} ms (unreachable or too slow); \
+         it was not added"
+    )]
+    NotCaughtUp {
+        /// The server.
+        id: NodeId,
+        /// Its address.
+        address: String,
+        /// How long it was given.
+        waited_ms: u64,
+    },
 }
 
 impl From<ProposeError> for ClusterError {

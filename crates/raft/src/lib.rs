@@ -71,6 +71,7 @@ mod error;
 pub mod inbound;
 mod log_format;
 mod log_store;
+mod membership;
 mod network;
 mod observe;
 mod read_barrier;

@@ -349,21 +349,41 @@ impl Server {
     }
 
     /// Adds server `id` at `addr` as a learner (it receives the log, does not vote) and
-    /// waits until it caught up. Leader only.
+    /// waits until it caught up, at most `within`. Leader only. An operator's change
+    /// goes through [`add_server`](Self::add_server), which checks it first and takes
+    /// the learner out again when it does not catch up.
     ///
     /// # Errors
-    /// [`ClusterError`].
+    /// [`ClusterError`]; [`ClusterError::NotCaughtUp`] when `within` passed (the
+    /// learner stays a member).
     pub async fn add_learner(
         &self,
         id: NodeId,
         addr: impl Into<String>,
     ) -> Result<(), ClusterError> {
-        self.inner
+        let address = addr.into();
+        let added = self
+            .inner
             .raft
-            .add_learner(id, BasicNode { addr: addr.into() }, true)
+            .add_learner(
+                id,
+                BasicNode {
+                    addr: address.clone(),
+                },
+                false,
+            )
             .await
-            .map(|_| ())
-            .map_err(|e| ProposeError::from_write(e).into())
+            .map_err(|e| ClusterError::from(ProposeError::from_write(e)))?;
+        let within = Duration::from_secs(60);
+        if self.wait_caught_up(id, added.log_id.index, within).await {
+            Ok(())
+        } else {
+            Err(ClusterError::NotCaughtUp {
+                id,
+                address,
+                waited_ms: within.as_millis() as u64,
+            })
+        }
     }
 
     /// Makes the learners `ids` voters. Leader only.
@@ -387,15 +407,6 @@ impl Server {
             self.change(ChangeMembers::RemoveVoters(demote)).await?;
         }
         self.change(ChangeMembers::RemoveNodes(ids)).await
-    }
-
-    async fn change(&self, change: ChangeMembers<NodeId, BasicNode>) -> Result<(), ClusterError> {
-        self.inner
-            .raft
-            .change_membership(change, false)
-            .await
-            .map(|_| ())
-            .map_err(|e| ProposeError::from_write(e).into())
     }
 
     /// Stops Raft and releases the data directory's lock. The files stay as they are:

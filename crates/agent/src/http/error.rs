@@ -139,6 +139,14 @@ impl From<ClusterError> for ApiError {
                 "ShuttingDown",
                 "the server is shutting down",
             ),
+            ClusterError::Invalid(why) => ApiError::bad_request(why),
+            ClusterError::Conflict(why) => ApiError::new(StatusCode::CONFLICT, "PeerConflict", why),
+            ClusterError::NotAMember(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "PeerNotFound", e.to_string())
+            }
+            ClusterError::NotCaughtUp { .. } => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "NotCaughtUp", e.to_string())
+            }
         }
     }
 }

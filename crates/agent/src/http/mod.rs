@@ -12,6 +12,7 @@
 //! | `writes.rs` | `POST /v1/commands` |
 //! | `stream.rs` | `GET /v1/event/stream` |
 //! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self` |
+//! | `peers.rs` | `POST /v1/operator/raft/peer`: add, remove, recover |
 //! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
 //! | `query.rs`, `error.rs` | strict query parameters; error answers |
 
@@ -20,6 +21,7 @@ mod body;
 mod consistency;
 mod error;
 mod operator;
+mod peers;
 pub(crate) mod query;
 mod raft_rpc;
 mod reads;
@@ -104,7 +106,7 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/volumes", get(reads::volumes))
         .route("/v1/volume/csi/{id}", get(reads::volume))
         .route("/v1/operator/snapshot", get(operator::snapshot))
-        .route("/v1/operator/raft/peer", post(operator::change_peer))
+        .route("/v1/operator/raft/peer", post(peers::change_peer))
         .route_layer(from_fn_with_state(st.clone(), consistency::consistent));
     let api = Router::new()
         .merge(reads)

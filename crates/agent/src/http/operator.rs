@@ -1,5 +1,6 @@
-//! Status and operations: the leader and peers, the Raft configuration and changes to
-//! it, a snapshot of the state (streamed), metrics, this agent's own status.
+//! Status and operations: the leader and peers, the Raft configuration, a snapshot of
+//! the state (streamed), metrics, this agent's own status. (Changes to the
+//! configuration are `peers.rs`.)
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -9,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::query::{Checked, OperatorRead, SnapshotRead};
 use super::{AppState, json, with_index};
-use crate::api::{MAX_BODY_BYTES, PeerChange, RaftConfiguration, RaftServer};
+use crate::api::{RaftConfiguration, RaftServer};
 
 pub(crate) async fn leader(State(st): State<AppState>) -> Response {
     let addr = st
@@ -54,45 +55,6 @@ pub(crate) async fn raft_configuration(
             .collect(),
     };
     json(&st, StatusCode::OK, index, &config, p.pretty)
-}
-
-pub(crate) async fn change_peer(State(st): State<AppState>, body: Body) -> Response {
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", "body too large")
-            .into_response();
-    };
-    let change: PeerChange = match serde_json::from_slice(&bytes) {
-        Ok(c) => c,
-        Err(e) => {
-            return ApiError::bad_request(format!(
-                "the body is not a peer change ({{\"op\":\"add\",\"id\":4,\"address\":\"host:port\"}} or {{\"op\":\"remove\",\"id\":4}}): {e}"
-            ))
-            .into_response();
-        }
-    };
-    let result = match &change {
-        PeerChange::Add { id, address } => {
-            tracing::info!(id, address, "adding a server");
-            match st.server.add_learner(*id, address.clone()).await {
-                Ok(()) => st.server.promote([*id]).await,
-                Err(e) => Err(e),
-            }
-        }
-        PeerChange::Remove { id } => {
-            tracing::info!(id, "removing a server");
-            st.server.remove([*id]).await
-        }
-    };
-    match result {
-        Ok(()) => json(
-            &st,
-            StatusCode::OK,
-            st.server.last_applied(),
-            &serde_json::json!({ "done": change }),
-            false,
-        ),
-        Err(e) => ApiError::from(e).into_response(),
-    }
 }
 
 /// The size of one piece of a streamed snapshot.

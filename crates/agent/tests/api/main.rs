@@ -485,9 +485,13 @@ async fn a_server_is_added_and_removed_through_the_api() {
     agents.agents.push(Some(fourth));
     let address = format!("127.0.0.1:{}", agents.ports[3]);
     let c = agents.client(follower);
-    c.change_peer(&schedstate_agent::api::PeerChange::Add { id: 4, address })
-        .await
-        .unwrap();
+    c.change_peer(&schedstate_agent::api::PeerChange::Add {
+        id: 4,
+        address,
+        wait: None,
+    })
+    .await
+    .unwrap();
     let config = c.raft_configuration().await.unwrap();
     assert_eq!(config.servers.len(), 4);
     assert!(config.servers.iter().all(|s| s.voter));

@@ -77,3 +77,135 @@ async fn consistent_reads_come_from_the_leader_and_stale_reads_from_anywhere() {
     assert!(follower.read_stale().view().node("read-0").is_some());
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_new_server_is_taken_out_again_and_the_cluster_stays_writable() {
+    use std::time::{Duration, Instant};
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    propose_until_known(&cluster, &marker_node("before", 0)).await;
+    let leader = cluster.wait_leader(&[]).await;
+    let before = leader.members();
+    // Server 5 is never started: nothing answers at its address.
+    let start = Instant::now();
+    let e = leader
+        .add_server(5, "server-5", Duration::from_millis(800))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClusterError::NotCaughtUp { id: 5, .. }), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(leader.members(), before, "the learner was taken out again");
+    // Writable throughout and after.
+    for seq in 0..20 {
+        propose_until_known(&cluster, &marker_node("after", seq)).await;
+    }
+    cluster.converge().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_conflicting_membership_changes_change_nothing() {
+    use std::time::Duration;
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    let leader = cluster.wait_leader(&[]).await;
+    let before = leader.members();
+    let short = Duration::from_millis(200);
+    for (id, address) in [(0, "server-0"), (4, ""), (4, "server 4"), (4, "a\nb")] {
+        let e = leader.add_server(id, address, short).await.unwrap_err();
+        assert!(
+            matches!(e, ClusterError::Invalid(_)),
+            "{id} {address:?}: {e}"
+        );
+    }
+    let other = (1..=3).find(|i| *i != leader.id()).unwrap();
+    let e = leader
+        .add_server(other, "elsewhere:1", short)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClusterError::Conflict(_)), "{e}");
+    // The same server at the same address: nothing to do.
+    leader
+        .add_server(other, &format!("server-{other}"), short)
+        .await
+        .unwrap();
+    let e = leader.remove_server(42).await.unwrap_err();
+    assert!(matches!(e, ClusterError::NotAMember(42)), "{e}");
+    assert_eq!(leader.members(), before);
+    // Nothing to recover in a uniform configuration.
+    assert!(!leader.recover_membership().await.unwrap());
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_voter_cannot_be_removed() {
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    let leader = cluster.wait_leader(&[]).await;
+    for id in (1..=3).filter(|id| *id != leader.id()) {
+        leader.remove_server(id).await.unwrap();
+    }
+    let e = leader.remove_server(leader.id()).await.unwrap_err();
+    assert!(matches!(e, ClusterError::Conflict(_)), "{e}");
+    assert!(leader.members().1.contains(&leader.id()));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joint_configuration_left_by_a_lost_leader_is_recovered() {
+    use std::time::{Duration, Instant};
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    propose_until_known(&cluster, &marker_node("before", 0)).await;
+    let leader = cluster.wait_leader(&[]).await;
+    let _four = cluster.open(4).await;
+    leader.add_learner(4, "server-4").await.unwrap();
+    let old = leader.id();
+    let mut followers = (1..=3).filter(|id| *id != old);
+    let (two, three) = (followers.next().unwrap(), followers.next().unwrap());
+    // The leader keeps a quorum of the old voters (itself and `two`) but cannot reach
+    // a quorum of the new ones: the joint entry is appended on both, never committed.
+    cluster.router.partition(&[&[old, two], &[three, 4]]);
+    let promoting = {
+        let leader = leader.clone();
+        tokio::spawn(async move { leader.promote([4]).await })
+    };
+    let joint = |s: &schedstate_raft::Server| {
+        s.raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .is_in_joint_consensus()
+    };
+    let start = Instant::now();
+    let two_server = cluster.server(two);
+    while !joint(&two_server) {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the joint entry never reached {two}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The leader is lost; `two`, holding the joint entry, is elected by 3 and 4.
+    cluster.crash(old).await;
+    promoting.abort();
+    cluster.router.heal();
+    let new = cluster.wait_leader(&[old]).await;
+    // openraft 0.9 does not finish a predecessor's change: the new leader stays joint,
+    // and every other membership change is refused until the operator recovers.
+    assert!(joint(&new), "the new leader finished the change itself");
+    assert!(new.recover_membership().await.unwrap(), "it was joint");
+    assert!(!joint(&new), "still joint");
+    let voters = new.members().1;
+    assert!(
+        voters.contains(&4),
+        "the newer half is the membership: {voters:?}"
+    );
+    assert!(!new.recover_membership().await.unwrap());
+    // The cluster takes writes without the lost leader: 3 of the 4 voters are up.
+    for seq in 0..10 {
+        propose_until_known(&cluster, &marker_node("after", seq)).await;
+    }
+    cluster.shutdown().await;
+}

@@ -1,0 +1,194 @@
+//! Membership changes an operator asks for, made so that none can wedge the cluster:
+//! each is checked before anything is proposed, each step has a deadline, and a new
+//! server votes only once it holds the log.
+//!
+//! - [`Server::add_server`]: `id` ≠ 0, an address of at most 255 printable bytes; an id
+//!   already a member with another address is refused (with the same address, the call
+//!   only finishes what is missing). The server joins as a **learner** (it never counts
+//!   toward a quorum, so an unreachable one costs the cluster nothing); it is promoted to
+//!   voter only once its log matches the leader's up to the entry that added it. If it
+//!   does not catch up in time, it is removed again and the call fails with
+//!   [`ClusterError::NotCaughtUp`].
+//! - [`Server::remove_server`]: a member; never the last voter.
+//! - [`Server::recover_membership`]: leaves a joint configuration a leader left behind
+//!   (openraft 0.9 lets a new leader keep the joint configuration of a change its
+//!   predecessor did not finish; every later change is refused until it is left).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use openraft::{BasicNode, ChangeMembers};
+
+use crate::error::{ClusterError, ProposeError};
+use crate::{NodeId, Server};
+
+/// The longest address taken (as in a membership entry; see `inbound`).
+const MAX_ADDRESS_BYTES: usize = 255;
+
+/// How long one step of a change (an entry to commit) may take.
+const STEP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Checks an address: non-empty, at most 255 bytes, printable, no whitespace.
+fn check_address(address: &str) -> Result<(), ClusterError> {
+    if address.is_empty()
+        || address.len() > MAX_ADDRESS_BYTES
+        || address.chars().any(|c| c.is_control() || c.is_whitespace())
+    {
+        return Err(ClusterError::Invalid(format!(
+            "the address {:?} is not 1 to {MAX_ADDRESS_BYTES} printable bytes",
+            address.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs one step with the step deadline; a step that does not finish may still
+/// commit later, so its outcome is unknown.
+async fn step<T>(
+    what: &str,
+    fut: impl Future<Output = Result<T, ClusterError>>,
+) -> Result<T, ClusterError> {
+    match tokio::time::timeout(STEP_DEADLINE, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(ClusterError::Unavailable(format!(
+            "{what} did not commit within {STEP_DEADLINE:?} (no quorum?); read the configuration before retrying"
+        ))),
+    }
+}
+
+impl Server {
+    /// Adds server `id` at `address` as a voter, through a learner that must catch up
+    /// within `catch_up` (see the module's doc). Leader only.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`], [`ClusterError::Conflict`],
+    /// [`ClusterError::NotCaughtUp`] (the server was removed again), or a step that did
+    /// not commit ([`ClusterError::Unavailable`], [`ClusterError::NotLeader`]).
+    pub async fn add_server(
+        &self,
+        id: NodeId,
+        address: &str,
+        catch_up: Duration,
+    ) -> Result<(), ClusterError> {
+        if id == 0 {
+            return Err(ClusterError::Invalid("server ids start at 1".into()));
+        }
+        check_address(address)?;
+        let (members, voters) = self.members();
+        match members.get(&id) {
+            Some(a) if a != address => {
+                return Err(ClusterError::Conflict(format!(
+                    "server {id} is a member already, at {a}; remove it first to move it"
+                )));
+            }
+            Some(_) if voters.contains(&id) => return Ok(()),
+            _ => {}
+        }
+        let raft = self.raft();
+        let added = step("adding the learner", async {
+            raft.add_learner(
+                id,
+                BasicNode {
+                    addr: address.to_string(),
+                },
+                false,
+            )
+            .await
+            .map_err(|e| ClusterError::from(ProposeError::from_write(e)))
+        })
+        .await?;
+        let needed = added.log_id.index;
+        if !self.wait_caught_up(id, needed, catch_up).await {
+            tracing::warn!(id, address, "the new server did not catch up; removing it");
+            self.change(ChangeMembers::RemoveNodes(BTreeSet::from([id])))
+                .await?;
+            return Err(ClusterError::NotCaughtUp {
+                id,
+                address: address.to_string(),
+                waited_ms: catch_up.as_millis() as u64,
+            });
+        }
+        self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
+            .await
+    }
+
+    /// Whether learner `id` matched the leader's log up to `index` within `within`.
+    pub(crate) async fn wait_caught_up(&self, id: NodeId, index: u64, within: Duration) -> bool {
+        let until = Instant::now() + within;
+        let mut metrics = self.raft().metrics();
+        loop {
+            let matched = metrics
+                .borrow_and_update()
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&id).copied().flatten())
+                .map(|l| l.index);
+            if matched.is_some_and(|m| m >= index) {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if tokio::time::timeout(left, metrics.changed()).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Removes server `id` (voter or learner). Leader only.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotAMember`], [`ClusterError::Conflict`] for the last voter, or
+    /// a step that did not commit.
+    pub async fn remove_server(&self, id: NodeId) -> Result<(), ClusterError> {
+        let (members, voters) = self.members();
+        if !members.contains_key(&id) {
+            return Err(ClusterError::NotAMember(id));
+        }
+        if voters.len() == 1 && voters.contains(&id) {
+            return Err(ClusterError::Conflict(format!(
+                "server {id} is the last voter: a cluster needs one"
+            )));
+        }
+        self.remove([id]).await
+    }
+
+    /// Leaves a joint configuration for its newer half, if the membership is joint;
+    /// returns whether it was. Leader only.
+    ///
+    /// # Errors
+    /// A step that did not commit.
+    pub async fn recover_membership(&self) -> Result<bool, ClusterError> {
+        let configs = self
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_joint_config()
+            .clone();
+        let [_, newer] = configs.as_slice() else {
+            return Ok(false);
+        };
+        tracing::warn!(voters = ?newer, "leaving a joint configuration");
+        self.change(ChangeMembers::ReplaceAllVoters(newer.clone()))
+            .await?;
+        Ok(true)
+    }
+
+    /// One membership entry, within the step deadline.
+    pub(crate) async fn change(
+        &self,
+        change: ChangeMembers<NodeId, BasicNode>,
+    ) -> Result<(), ClusterError> {
+        let raft = self.raft();
+        step("the membership change", async {
+            raft.change_membership(change, false)
+                .await
+                .map(|_| ())
+                .map_err(|e| ProposeError::from_write(e).into())
+        })
+        .await
+    }
+}
