@@ -504,3 +504,94 @@ async fn browsers_of_other_sites_and_bodies_of_other_types_are_refused() {
     agents.client(0).apply(&upsert("n1", "ebs")).await.unwrap();
     agents.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_cannot_be_reached_is_not_added_and_the_cluster_stays_writable() {
+    let agents = Agents::start(3, None).await;
+    let leader = agents.wait_leader().await;
+    let c = agents.client(leader);
+    let before = c.raft_configuration().await.unwrap();
+    let http = reqwest::Client::new();
+    let change = |body: serde_json::Value| {
+        http.post(agents.url(leader, "/v1/operator/raft/peer"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    // Nothing listens on port 9: refused within the wait, the membership as it was.
+    let start = Instant::now();
+    let resp =
+        change(serde_json::json!({"op": "add", "id": 4, "address": "127.0.0.1:9", "wait": "1s"}))
+            .await
+            .unwrap();
+    let (status, e) = error_of(resp).await;
+    assert_eq!(
+        (status, e.kind.as_str()),
+        (504, "NotCaughtUp"),
+        "{}",
+        e.message
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    let after = c.raft_configuration().await.unwrap();
+    assert_eq!(
+        after
+            .servers
+            .iter()
+            .map(|s| (s.id, s.address.clone(), s.voter))
+            .collect::<Vec<_>>(),
+        before
+            .servers
+            .iter()
+            .map(|s| (s.id, s.address.clone(), s.voter))
+            .collect::<Vec<_>>()
+    );
+    agents
+        .client(leader)
+        .apply(&upsert("after", "ebs"))
+        .await
+        .unwrap();
+    for (body, status, kind) in [
+        (
+            serde_json::json!({"op": "add", "id": 0, "address": "127.0.0.1:4700"}),
+            400,
+            "BadRequest",
+        ),
+        (
+            serde_json::json!({"op": "add", "id": 4, "address": ""}),
+            400,
+            "BadRequest",
+        ),
+        (
+            serde_json::json!({"op": "add", "id": 4, "address": "no-port"}),
+            400,
+            "BadRequest",
+        ),
+        (
+            serde_json::json!({"op": "add", "id": 1, "address": "10.9.9.9:4646"}),
+            409,
+            "PeerConflict",
+        ),
+        (
+            serde_json::json!({"op": "remove", "id": 42}),
+            404,
+            "PeerNotFound",
+        ),
+    ] {
+        let (got, e) = error_of(change(body.clone()).await.unwrap()).await;
+        assert_eq!(
+            (got, e.kind.as_str()),
+            (status, kind),
+            "{body}: {}",
+            e.message
+        );
+    }
+    let resp = change(serde_json::json!({"op": "recover"})).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let done: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(done["left_joint"], false);
+    agents.shutdown().await;
+}
