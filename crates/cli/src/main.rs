@@ -16,6 +16,7 @@ mod catalog;
 mod cluster_demo;
 mod demo;
 mod inspect;
+mod operator_cmd;
 mod output;
 mod repair_cmd;
 mod sim;
@@ -71,6 +72,12 @@ enum Top {
     /// Run one server of a replicated cluster: the HTTP API (blocking queries, event
     /// stream) and Raft on one port, until SIGINT or SIGTERM.
     Agent(agent_cmd::AgentArgs),
+    /// Operate a running cluster: its Raft servers (list, add, remove, recover a joint
+    /// configuration), through any agent's API.
+    Operator {
+        #[command(subcommand)]
+        command: operator_cmd::OperatorCmd,
+    },
     /// Write a new random cluster key to FILE (mode 0600, never overwriting), to give
     /// every server of a cluster with --cluster-key-file.
     Keygen(agent_cmd::KeygenArgs),
@@ -119,6 +126,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         } => status::node(&args),
         Top::Agent(args) => agent_cmd::run(args),
         Top::Keygen(args) => agent_cmd::keygen(&args),
+        Top::Operator { command } => operator_cmd::run(command),
         Top::Inspect(args) => inspect::run(&args),
         Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),

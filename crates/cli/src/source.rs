@@ -145,7 +145,7 @@ fn one_line(s: &str) -> String {
 }
 
 /// An error of the HTTP client as one line naming the agent.
-fn agent_error(address: &str, e: &ClientError) -> CliError {
+pub(crate) fn agent_error(address: &str, e: &ClientError) -> CliError {
     let what = match e {
         ClientError::Transport { url, cause, .. } => format!("no answer: {cause} ({url})"),
         ClientError::BadAddress { reason, .. } => format!("not a usable address: {reason}"),

@@ -471,3 +471,45 @@ fn an_agent_that_does_not_answer_is_a_one_line_error_naming_it() {
     let bad = run(&["node", "status", "--address", "ftp://127.0.0.1:1"], &[]);
     bad.agent_error("ftp://127.0.0.1:1");
 }
+
+/// `operator raft`: the servers listed; a server that cannot be reached is not added
+/// (one error line, exit 1, the list unchanged); `recover` on a uniform configuration
+/// changes nothing.
+#[test]
+fn operator_raft_lists_refuses_an_unreachable_peer_and_recovers() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let cluster = runtime.block_on(ProcCluster::start(3, None));
+    let a = cluster.address(0);
+    let listed = remote(&["operator", "raft", "list-peers"], &a);
+    assert_eq!(listed.code, Some(0), "{listed:?}");
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{listed:?}");
+    assert_eq!(
+        lines[1..].iter().filter(|l| l.contains(" true ")).count(),
+        1,
+        "one leader: {listed:?}"
+    );
+    let added = remote(
+        &[
+            "operator",
+            "raft",
+            "add-peer",
+            "--id",
+            "4",
+            "--peer-address",
+            "127.0.0.1:9",
+            "--wait",
+            "1s",
+        ],
+        &a,
+    );
+    let line = added.agent_error(&a);
+    assert!(line.contains("did not catch up"), "{line}");
+    assert_eq!(remote(&["operator", "raft", "list-peers"], &a), listed);
+    let recovered = remote(&["operator", "raft", "recover"], &a);
+    assert_eq!(recovered.code, Some(0), "{recovered:?}");
+    drop(cluster);
+}

@@ -1,0 +1,139 @@
+//! `schedstate operator raft …`: the servers of a running cluster, as Nomad's
+//! `operator raft` names them — list them, add one (it must catch up before it votes,
+//! or it is taken out again), remove one, or leave a joint configuration a lost leader
+//! left behind (`recover`). Each is one call to an agent's API; the agent sends
+//! changes to the leader.
+
+use clap::{Args, Subcommand};
+use schedstate_agent::Client;
+use schedstate_agent::api::PeerChange;
+
+use crate::output::{CliError, err};
+use crate::source::agent_error;
+
+/// `operator`.
+#[derive(Debug, Subcommand)]
+pub enum OperatorCmd {
+    /// The cluster's Raft servers.
+    Raft {
+        #[command(subcommand)]
+        command: RaftCmd,
+    },
+}
+
+/// `operator raft`.
+#[derive(Debug, Subcommand)]
+pub enum RaftCmd {
+    /// Every server: id, address, whether it leads, whether it votes.
+    ListPeers(AgentArgs),
+    /// Add a server: a learner first, a voter once it caught up; taken out again if it
+    /// does not within --wait.
+    AddPeer {
+        /// The new server's id.
+        #[arg(long)]
+        id: u64,
+        /// The new server's address (host:port), as the others will dial it.
+        #[arg(long, value_name = "HOST:PORT")]
+        peer_address: String,
+        /// How long it may take to catch up.
+        #[arg(long, default_value = "30s")]
+        wait: String,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// Remove a server (never the last voter).
+    RemovePeer {
+        /// The server's id.
+        #[arg(long)]
+        id: u64,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// Leave a joint configuration a lost leader left behind (nothing to do otherwise).
+    Recover(AgentArgs),
+}
+
+/// Which agent to ask.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Any agent of the cluster (http://host:port).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SCHEDSTATE_ADDR",
+        default_value = "http://127.0.0.1:4646"
+    )]
+    pub address: String,
+    /// Bearer token sent to the agent.
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "SCHEDSTATE_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+fn client(a: &AgentArgs) -> Result<Client, CliError> {
+    Client::new(&a.address, a.token.clone()).map_err(|e| agent_error(&a.address, &e))
+}
+
+/// `operator`.
+pub fn run(command: OperatorCmd) -> Result<(), CliError> {
+    let OperatorCmd::Raft { command } = command;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err(format!("no runtime: {e}")))?;
+    runtime.block_on(async move {
+        match command {
+            RaftCmd::ListPeers(a) => {
+                let c = client(&a)?;
+                let config = c
+                    .raft_configuration()
+                    .await
+                    .map_err(|e| agent_error(&a.address, &e))?;
+                println!("{:<6} {:<28} {:<7} Voter", "ID", "Address", "Leader");
+                for s in config.servers {
+                    println!("{:<6} {:<28} {:<7} {}", s.id, s.address, s.leader, s.voter);
+                }
+                Ok(())
+            }
+            RaftCmd::AddPeer {
+                id,
+                peer_address,
+                wait,
+                agent,
+            } => {
+                change(
+                    &agent,
+                    PeerChange::Add {
+                        id,
+                        address: peer_address.clone(),
+                        wait: Some(wait),
+                    },
+                )
+                .await?;
+                println!("server {id} at {peer_address} added: it caught up and votes");
+                Ok(())
+            }
+            RaftCmd::RemovePeer { id, agent } => {
+                change(&agent, PeerChange::Remove { id }).await?;
+                println!("server {id} removed");
+                Ok(())
+            }
+            RaftCmd::Recover(agent) => {
+                change(&agent, PeerChange::Recover).await?;
+                println!("the configuration is not joint (any joint configuration was left)");
+                Ok(())
+            }
+        }
+    })
+}
+
+async fn change(a: &AgentArgs, change: PeerChange) -> Result<(), CliError> {
+    client(a)?
+        .change_peer(&change)
+        .await
+        .map_err(|e| agent_error(&a.address, &e))
+}
