@@ -174,14 +174,27 @@ impl ServerView {
     }
 }
 
+/// A log id's term within the server's bounds and, when `not_above` is given, not
+/// above that term (a log id the sender holds cannot be newer than its own vote).
 fn check_log_id(
     view: &ServerView,
     field: &'static str,
     id: &Option<LogId<NodeId>>,
+    not_above: Option<u64>,
 ) -> Result<(), RpcRefused> {
-    match id {
-        Some(id) => view.check_term(field, id.leader_id.term),
-        None => Ok(()),
+    let Some(id) = id else {
+        return Ok(());
+    };
+    let term = id.leader_id.term;
+    view.check_term(field, term)?;
+    match not_above {
+        Some(high) if term > high => Err(RpcRefused::TermOrder {
+            field: field.into(),
+            term,
+            low: 0,
+            high,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -232,18 +245,8 @@ pub fn check_append(
 ) -> Result<(), RpcRefused> {
     let term = rpc.vote.leader_id.term;
     view.check_term("the request's vote", term)?;
-    check_log_id(view, "prev_log_id", &rpc.prev_log_id)?;
-    check_log_id(view, "leader_commit", &rpc.leader_commit)?;
-    if let Some(c) = &rpc.leader_commit
-        && c.leader_id.term > term
-    {
-        return Err(RpcRefused::TermOrder {
-            field: "leader_commit".into(),
-            term: c.leader_id.term,
-            low: 0,
-            high: term,
-        });
-    }
+    check_log_id(view, "prev_log_id", &rpc.prev_log_id, None)?;
+    check_log_id(view, "leader_commit", &rpc.leader_commit, Some(term))?;
     let mut expected = rpc.prev_log_id.map_or(0, |p| p.index.saturating_add(1));
     let mut low = rpc.prev_log_id.map_or(0, |p| p.leader_id.term);
     let mut configs = view.configs.clone();
@@ -295,17 +298,7 @@ pub fn check_append(
 pub fn check_vote(view: &ServerView, rpc: &VoteRequest<NodeId>) -> Result<(), RpcRefused> {
     let term = rpc.vote.leader_id.term;
     view.check_term("the candidate's vote", term)?;
-    check_log_id(view, "last_log_id", &rpc.last_log_id)?;
-    if let Some(l) = &rpc.last_log_id
-        && l.leader_id.term > term
-    {
-        return Err(RpcRefused::TermOrder {
-            field: "last_log_id".into(),
-            term: l.leader_id.term,
-            low: 0,
-            high: term,
-        });
-    }
+    check_log_id(view, "last_log_id", &rpc.last_log_id, Some(term))?;
     view.check_member(rpc.vote.leader_id.node_id)
 }
 
@@ -320,17 +313,12 @@ pub fn check_snapshot_chunk(
 ) -> Result<(), RpcRefused> {
     let term = rpc.vote.leader_id.term;
     view.check_term("the request's vote", term)?;
-    check_log_id(view, "the snapshot's last log id", &rpc.meta.last_log_id)?;
-    if let Some(l) = &rpc.meta.last_log_id
-        && l.leader_id.term > term
-    {
-        return Err(RpcRefused::TermOrder {
-            field: "the snapshot's last log id".into(),
-            term: l.leader_id.term,
-            low: 0,
-            high: term,
-        });
-    }
+    check_log_id(
+        view,
+        "the snapshot's last log id",
+        &rpc.meta.last_log_id,
+        Some(term),
+    )?;
     let membership = rpc.meta.last_membership.membership();
     check_addresses(membership)?;
     let sender = rpc.vote.leader_id.node_id;

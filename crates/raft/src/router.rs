@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use schedstate::state::Command;
 
 use crate::network::{Network, RpcFailure, RpcResult};
-use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse};
+use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse, unexpected};
 use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
 
 /// Connects servers of one process. Cheap to clone.
@@ -156,17 +156,6 @@ impl Router {
     }
 }
 
-/// A refusal (or an answer of another kind) as the sender sees it.
-fn refused(target: NodeId, answer: RpcAnswer) -> RpcFailure {
-    RpcFailure::Protocol {
-        target,
-        reason: match answer {
-            RpcAnswer::Refused(why) => format!("refused: {why}"),
-            _ => "answer of another kind than the request".into(),
-        },
-    }
-}
-
 /// One server's view of a [`Router`]. Requests go through the same checks as on a
 /// real network ([`answer_or_refuse`]), so every in-process test exercises them.
 #[derive(Clone)]
@@ -185,7 +174,7 @@ impl Network for RouterNetwork {
         let server = self.router.route(self.from, target).await?;
         match answer_or_refuse(&server, RpcRequest::AppendEntries(rpc)).await {
             RpcAnswer::AppendEntries(answer) => self.router.answer(self.from, target, answer),
-            other => Err(refused(target, other)),
+            other => Err(unexpected(target, other)),
         }
     }
 
@@ -198,7 +187,7 @@ impl Network for RouterNetwork {
         let server = self.router.route(self.from, target).await?;
         match answer_or_refuse(&server, RpcRequest::Vote(rpc)).await {
             RpcAnswer::Vote(answer) => self.router.answer(self.from, target, answer),
-            other => Err(refused(target, other)),
+            other => Err(unexpected(target, other)),
         }
     }
 
@@ -211,7 +200,7 @@ impl Network for RouterNetwork {
         let server = self.router.route(self.from, target).await?;
         match answer_or_refuse(&server, RpcRequest::InstallSnapshot(rpc)).await {
             RpcAnswer::InstallSnapshot(answer) => self.router.answer(self.from, target, answer),
-            other => Err(refused(target, other)),
+            other => Err(unexpected(target, other)),
         }
     }
 

@@ -251,7 +251,8 @@ pub trait Transport: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<RpcAnswer, RpcFailure>> + Send;
 }
 
-fn unexpected(target: NodeId, answer: RpcAnswer) -> RpcFailure {
+/// A refusal, or an answer of another kind than the request, as the sender sees it.
+pub(crate) fn unexpected(target: NodeId, answer: RpcAnswer) -> RpcFailure {
     RpcFailure::Protocol {
         target,
         reason: match answer {

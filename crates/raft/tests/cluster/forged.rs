@@ -34,6 +34,15 @@ async fn cluster() -> (Arc<Cluster>, Server, Server) {
     (cluster, leader, follower)
 }
 
+/// Servers `ids` at the addresses `address` gives them.
+fn nodes(
+    ids: std::ops::RangeInclusive<NodeId>,
+    address: impl Fn(NodeId) -> String,
+) -> BTreeMap<NodeId, BasicNode> {
+    ids.map(|id| (id, BasicNode { addr: address(id) }))
+        .collect()
+}
+
 fn last_log_id(s: &Server) -> LogId<NodeId> {
     s.raft().metrics().borrow().last_applied.expect("applied")
 }
@@ -139,16 +148,7 @@ async fn a_snapshot_past_the_cap_or_that_does_not_decode_is_refused_and_raft_run
         .into_iter()
         .find(|s| s.id() != leader.id())
         .unwrap();
-    let members: BTreeMap<NodeId, BasicNode> = (1..=3)
-        .map(|id| {
-            (
-                id,
-                BasicNode {
-                    addr: format!("server-{id}"),
-                },
-            )
-        })
-        .collect();
+    let members = nodes(1..=3, |id| format!("server-{id}"));
     let meta = SnapshotMeta {
         last_log_id: Some(LogId::new(
             CommittedLeaderId::new(vote_of(&leader).leader_id.term, leader.id()),
@@ -331,16 +331,7 @@ fn write_raft_rpc_fuzz_seeds() {
     std::fs::create_dir_all(&dir).unwrap();
     let leader = 1;
     let prev = LogId::new(CommittedLeaderId::new(4, leader), 9);
-    let members: BTreeMap<NodeId, BasicNode> = (1..=4)
-        .map(|id| {
-            (
-                id,
-                BasicNode {
-                    addr: format!("10.0.0.{id}:4646"),
-                },
-            )
-        })
-        .collect();
+    let members = nodes(1..=4, |id| format!("10.0.0.{id}:4646"));
     let requests = [
         (
             "heartbeat",
