@@ -519,6 +519,7 @@ async fn a_server_is_added_and_removed_through_the_api() {
     // A malformed change is 400 and changes nothing.
     let resp = reqwest::Client::new()
         .post(agents.url(follower, "/v1/operator/raft/peer"))
+        .header("content-type", "application/json")
         .body(r#"{"op":"promote","id":4}"#)
         .send()
         .await
