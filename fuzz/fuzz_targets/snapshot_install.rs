@@ -105,7 +105,8 @@ fn run(data: &[u8]) {
         }
         let id = if input.chance(90) { "real" } else { "other" };
         let (any_time, at_end) = (input.chance(15), input.chance(70));
-        let done = any_time || (at_end && offset as usize + chunk.len() == file.len());
+        let ends_the_file = (offset as usize).checked_add(chunk.len()) == Some(file.len());
+        let done = any_time || (at_end && ends_the_file);
         let request = InstallSnapshotRequest {
             vote: Vote::new_committed(2, 1),
             meta: meta(id),
