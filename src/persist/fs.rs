@@ -71,7 +71,9 @@ fn fix_modes(dir: &Path, depth: u32, fixed: &mut Vec<PathBuf>) -> Result<()> {
         }
         Ok::<(), super::error::PersistError>(())
     };
-    let meta = fs::symlink_metadata(dir).at(dir)?;
+    // The directory itself is followed if it is a symlink (a data directory may be
+    // one): its target's mode is what matters, a link's own mode is always 0777.
+    let meta = fs::metadata(dir).at(dir)?;
     fix(dir, &meta, DIR_MODE, fixed)?;
     for entry in fs::read_dir(dir).at(dir)? {
         let entry = entry.at(dir)?;

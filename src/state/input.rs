@@ -52,6 +52,24 @@ fn shown(s: &str) -> String {
     format!("{cut:?}")
 }
 
+/// The first control character of `s` (or whitespace, with `no_whitespace`). Every
+/// string of every command passes here, on the leader and on every server that applies
+/// it: ASCII strings — nearly all of them — are scanned as bytes, only others char by
+/// char.
+fn first_bad_char(s: &str, no_whitespace: bool) -> Option<char> {
+    let bytes = s.as_bytes();
+    if bytes.is_ascii() {
+        // ASCII control characters are below 0x20 and 0x7F; ASCII whitespace is the
+        // space and controls.
+        return bytes
+            .iter()
+            .find(|&&b| b < 0x20 || b == 0x7f || (no_whitespace && b == b' '))
+            .map(|&b| char::from(b));
+    }
+    s.chars()
+        .find(|c| c.is_control() || (no_whitespace && c.is_whitespace()))
+}
+
 fn id(field: &str, value: &str) -> Result<()> {
     if value.len() > MAX_ID_BYTES {
         return Err(invalid(
@@ -62,7 +80,7 @@ fn id(field: &str, value: &str) -> Result<()> {
             ),
         ));
     }
-    if let Some(c) = value.chars().find(|c| c.is_control() || c.is_whitespace()) {
+    if let Some(c) = first_bad_char(value, true) {
         return Err(invalid(
             field,
             format!(
@@ -81,7 +99,7 @@ fn text(field: &str, value: &str) -> Result<()> {
             format!("{} bytes, over the limit of {MAX_TEXT_BYTES}", value.len()),
         ));
     }
-    if let Some(c) = value.chars().find(|c| c.is_control()) {
+    if let Some(c) = first_bad_char(value, false) {
         return Err(invalid(
             field,
             format!("{} holds the control character {c:?}", shown(value)),
@@ -309,6 +327,28 @@ impl Command {
                     claim("claim", &c.claim)
                 })
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_bad_char;
+
+    #[test]
+    fn the_ascii_fast_path_and_the_char_scan_agree() {
+        for (s, in_id, in_text) in [
+            ("plain-id_1.2", None, None),
+            ("with space", Some(' '), None),
+            ("tab\there", Some('\t'), Some('\t')),
+            ("del\u{7f}", Some('\u{7f}'), Some('\u{7f}')),
+            ("nœud-α", None, None),
+            ("c1 control\u{85}", Some(' '), Some('\u{85}')),
+            ("nœud\u{85}", Some('\u{85}'), Some('\u{85}')),
+            ("line\u{2028}separator", Some('\u{2028}'), None),
+        ] {
+            assert_eq!(first_bad_char(s, true), in_id, "{s:?} as an id");
+            assert_eq!(first_bad_char(s, false), in_text, "{s:?} as text");
         }
     }
 }

@@ -114,3 +114,21 @@ unsafe fn libc_umask(mask: u32) -> u32 {
     // SAFETY: the caller's; umask has no preconditions.
     unsafe { umask(mask) }
 }
+
+#[test]
+fn a_data_directory_behind_a_symlink_is_judged_by_its_target() {
+    let tmp = TempDir::new("modes");
+    let real = tmp.path().join("real");
+    let (db, _) = DurableStore::open(&real, fast()).unwrap();
+    write_some(&db, 1);
+    drop(db);
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let (db, report) = DurableStore::open(&link, fast()).unwrap();
+    assert!(
+        report.permissions_fixed.is_empty(),
+        "{:?}",
+        report.permissions_fixed
+    );
+    assert!(db.snapshot().view().node("n1").is_some());
+}
