@@ -19,6 +19,10 @@ use crate::{Proposal, TypeConfig};
 
 /// The most commands in one entry.
 pub(crate) const MAX_BATCH: usize = 512;
+/// The most encoded bytes of commands in one entry: with its framing an entry always
+/// fits one RPC ([`MAX_RPC_BYTES`](crate::wire::MAX_RPC_BYTES)), so every entry can
+/// reach the followers whatever the clients sent at once.
+pub(crate) const MAX_ENTRY_BYTES: usize = crate::wire::MAX_RPC_BYTES / 2;
 /// Entries proposed and not yet answered at once. One: openraft 0.9 appends and
 /// fsyncs entries one after the other anyway, so a second entry in flight only splits
 /// the queue into smaller batches (measured with `raft_workload` at 64 clients:
@@ -27,9 +31,21 @@ const IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<Committed, ProposeError>>;
 
+/// A queued proposal: the command, its encoded size, where its answer goes.
+type Queued = (Arc<Command>, usize, Reply);
+
+/// A command's encoded size (postcard, counted without writing it).
+fn encoded_size(command: &Command) -> usize {
+    postcard::serialize_with_flavor::<_, postcard::ser_flavors::Size, usize>(
+        command,
+        postcard::ser_flavors::Size::default(),
+    )
+    .unwrap_or(usize::MAX)
+}
+
 /// The queue in front of a server's Raft.
 pub(crate) struct Batcher {
-    tx: mpsc::UnboundedSender<(Arc<Command>, Reply)>,
+    tx: mpsc::UnboundedSender<Queued>,
 }
 
 impl Batcher {
@@ -42,31 +58,59 @@ impl Batcher {
 
     /// Queues `command` and waits for its outcome.
     pub(crate) async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
+        let size = encoded_size(&command);
+        if size > MAX_ENTRY_BYTES {
+            return Err(ProposeError::Invalid {
+                kind: "TooLarge".into(),
+                message: format!(
+                    "the command encodes to {size} bytes, over the limit of {MAX_ENTRY_BYTES} for one log entry"
+                ),
+            });
+        }
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send((Arc::new(command), reply))
+            .send((Arc::new(command), size, reply))
             .map_err(|_| ProposeError::Stopped)?;
         answer.await.unwrap_or(Err(ProposeError::Stopped))
     }
 }
 
-async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<(Arc<Command>, Reply)>) {
+async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Queued>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    // A proposal that did not fit the previous entry starts the next one.
+    let mut carried: Option<Queued> = None;
+    loop {
+        let first = match carried.take() {
+            Some(q) => q,
+            None => match rx.recv().await {
+                Some(q) => q,
+                None => return,
+            },
+        };
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        // Everything that queued while the slot was taken joins this entry.
+        // Everything that queued while the slot was taken joins this entry, up to the
+        // entry's command and byte limits.
+        let mut bytes = first.1;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(more) => batch.push(more),
+                Ok(more) if bytes.saturating_add(more.1) > MAX_ENTRY_BYTES => {
+                    carried = Some(more);
+                    break;
+                }
+                Ok(more) => {
+                    bytes += more.1;
+                    batch.push(more);
+                }
                 Err(_) => break,
             }
         }
         let raft = raft.clone();
         tokio::spawn(async move {
-            let (commands, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let (commands, replies): (Vec<_>, Vec<_>) =
+                batch.into_iter().map(|(c, _, r)| (c, r)).unzip();
             let outcome = raft.client_write(Proposal { commands }).await;
             drop(permit);
             match outcome {

@@ -436,3 +436,63 @@ async fn a_command_breaking_an_input_rule_costs_no_log_entry() {
     still_serving(&cluster, &follower, "after-invalid").await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_log_entry_outgrows_an_rpc_whatever_clients_send_at_once() {
+    use schedstate::model::CsiVolume;
+    use schedstate::state::{Command, MAX_ENTRIES, MAX_TEXT_BYTES};
+    use schedstate_raft::ProposeError;
+
+    let (cluster, leader, follower) = cluster().await;
+    // Volumes of a plugin that does not exist: cheap to refuse at apply, so the test
+    // is about the size of entries, not the work of applying them. Each volume carries
+    // 1,024 parameters of 4 KiB: ~4 MiB.
+    let value = "v".repeat(MAX_TEXT_BYTES);
+    let volumes = |tag: &str, n: usize| Command::RegisterCsiVolumes {
+        volumes: (0..n)
+            .map(|i| {
+                let mut v = CsiVolume::new("default", format!("{tag}-{i}"), "no-such-plugin");
+                for p in 0..MAX_ENTRIES {
+                    v.parameters.insert(format!("p{p}"), value.clone());
+                }
+                v
+            })
+            .collect(),
+    };
+    // One command over an entry's budget (32 MiB encoded) within the input rules:
+    // refused before the log.
+    let before = leader.raft().metrics().borrow().last_log_index;
+    match leader.propose(volumes("huge", 9)).await {
+        Err(ProposeError::Invalid { kind, .. }) => assert_eq!(kind, "TooLarge"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(leader.raft().metrics().borrow().last_log_index, before);
+    // Eight ~8 MiB commands at once (~67 MiB, over one RPC): they cannot share one
+    // entry, and every entry reaches the follower (none is too large for an RPC).
+    let proposals: Vec<_> = (0..8)
+        .map(|k| {
+            let cluster = cluster.clone();
+            let command = volumes(&format!("big{k}"), 2);
+            tokio::spawn(async move {
+                // Each is refused at apply (no such plugin), so sending it again after
+                // a leader change (a debug build applying 67 MiB can miss heartbeats)
+                // changes nothing.
+                loop {
+                    let leader = cluster.wait_leader(&[]).await;
+                    match leader.propose(command.clone()).await {
+                        Err(ProposeError::Refused { index, .. }) => return index,
+                        Err(e) if !e.is_refusal() => continue,
+                        other => panic!("{other:?}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut last = 0;
+    for p in proposals {
+        last = last.max(p.await.unwrap());
+    }
+    cluster.wait_all_applied(last).await;
+    still_serving(&cluster, &follower, "after-big").await;
+    cluster.shutdown().await;
+}
