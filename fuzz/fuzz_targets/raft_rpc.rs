@@ -41,6 +41,7 @@ fn view(input: &mut Input<'_>) -> ServerView {
         members: [1, 2, 3].into(),
         voters: [1, 2, 3].into(),
         configs: vec![[1, 2, 3].into()],
+        ..ServerView::default()
     }
 }
 

@@ -19,8 +19,12 @@
 //!   at or above `prev_log_id`'s term and end at or below the request's term, as do
 //!   `leader_commit`'s. Each membership entry is a step Raft can take from the one
 //!   before it (the same voter sets with learners added or removed, entering a joint
-//!   configuration from its first half, or leaving one for either half); its addresses
-//!   are non-empty, printable and short.
+//!   configuration from its first half, or leaving one for either half) — the first
+//!   from the membership in force here where the entries begin (the effective one, or
+//!   the committed one when they begin before the effective one's entry, which they
+//!   may replace); entries at or below the committed membership's index are ones this
+//!   server holds already (a new leader resends its log from the middle) and are not
+//!   steps. Addresses are non-empty, printable and short.
 //! - **Who sends**: a server that has a membership takes AppendEntries only from a
 //!   member of a membership it knows or of one the request itself introduces by such
 //!   steps; votes only for a member it knows; snapshots only from a member it knows or
@@ -136,6 +140,13 @@ pub struct ServerView {
     pub voters: BTreeSet<NodeId>,
     /// The voter sets of its effective membership (two in a joint configuration).
     pub configs: Vec<BTreeSet<NodeId>>,
+    /// The log index of the effective membership's entry (`None`: none, or unknown —
+    /// then every request is checked against `configs`).
+    pub configs_index: Option<u64>,
+    /// The voter sets of the newest membership this server applied (committed).
+    pub committed_configs: Vec<BTreeSet<NodeId>>,
+    /// The log index of that membership's entry.
+    pub committed_index: Option<u64>,
 }
 
 impl ServerView {
@@ -249,7 +260,14 @@ pub fn check_append(
     check_log_id(view, "leader_commit", &rpc.leader_commit, Some(term))?;
     let mut expected = rpc.prev_log_id.map_or(0, |p| p.index.saturating_add(1));
     let mut low = rpc.prev_log_id.map_or(0, |p| p.leader_id.term);
-    let mut configs = view.configs.clone();
+    // The membership in force here where the entries begin: the effective one if they
+    // begin after its entry; otherwise they may replace it (it is not committed), but
+    // never the committed one.
+    let mut configs = if rpc.prev_log_id.map(|p| p.index) >= view.configs_index {
+        view.configs.clone()
+    } else {
+        view.committed_configs.clone()
+    };
     let mut members = view.members.clone();
     for (position, entry) in rpc.entries.iter().enumerate() {
         if entry.log_id.index != expected {
@@ -272,14 +290,20 @@ pub fn check_append(
         if let EntryPayload::Membership(m) = &entry.payload {
             check_addresses(m)?;
             let next = m.get_joint_config().clone();
-            if !is_step(&configs, &next) {
+            if Some(entry.log_id.index) <= view.committed_index {
+                // An entry this server committed already: a new leader resends its log
+                // from the middle (wherever the logs match) and Raft never rewrites a
+                // committed entry, so it is no step; the entries after it step from it.
+                configs = next;
+            } else if is_step(&configs, &next) {
+                configs = next;
+                members.extend(m.nodes().map(|(id, _)| *id));
+            } else {
                 return Err(RpcRefused::MembershipJump {
                     after: configs,
                     got: next,
                 });
             }
-            configs = next;
-            members.extend(m.nodes().map(|(id, _)| *id));
         }
         low = t;
         expected = expected.saturating_add(1);
@@ -360,6 +384,9 @@ mod tests {
             members: [1, 2, 3].into(),
             voters: [1, 2, 3].into(),
             configs: vec![[1, 2, 3].into()],
+            configs_index: Some(3),
+            committed_configs: vec![[1, 2, 3].into()],
+            committed_index: Some(3),
         }
     }
 
@@ -536,6 +563,67 @@ mod tests {
         .unwrap();
         let e = check_vote(&v, &VoteRequest::new(Vote::new(6, 99), None)).unwrap_err();
         assert!(matches!(e, RpcRefused::NotAMember { .. }), "{e}");
+    }
+
+    #[test]
+    fn membership_entries_a_new_leader_resends_are_taken_and_jumps_still_refused() {
+        let s = |v: &[u64]| v.iter().copied().collect::<BTreeSet<NodeId>>();
+        let entry = |term, index, configs: Vec<BTreeSet<NodeId>>| Entry {
+            log_id: log_id(term, index),
+            payload: EntryPayload::Membership(membership(configs, "10.0.0.1:4646")),
+        };
+        // Server 1 removed itself: {1, 2, 3} (index 0), the joint entry (3) and {2, 3}
+        // (4), all committed here.
+        let v = ServerView {
+            id: 3,
+            members: s(&[2, 3]),
+            voters: s(&[2, 3]),
+            configs: vec![s(&[2, 3])],
+            configs_index: Some(4),
+            committed_configs: vec![s(&[2, 3])],
+            committed_index: Some(4),
+            ..view()
+        };
+        // The new leader, 2, probes from the middle of its log: every entry again.
+        let resend = |last: Entry<TypeConfig>| {
+            append(
+                2,
+                6,
+                None,
+                vec![
+                    entry(0, 0, vec![s(&[1, 2, 3])]),
+                    blank(1, 1),
+                    blank(1, 2),
+                    entry(1, 3, vec![s(&[1, 2, 3]), s(&[2, 3])]),
+                    entry(1, 4, vec![s(&[2, 3])]),
+                    last,
+                ],
+            )
+        };
+        check_append(&v, &resend(blank(6, 5))).unwrap();
+        // Above the committed index the entries step from the resent ones, as before.
+        let e = check_append(&v, &resend(entry(6, 5, vec![s(&[99])]))).unwrap_err();
+        assert!(matches!(e, RpcRefused::MembershipJump { .. }), "{e}");
+        check_append(&v, &resend(entry(6, 5, vec![s(&[2, 3]), s(&[2, 3, 4])]))).unwrap();
+        // Entries that begin before an uncommitted joint entry may replace it: they step
+        // from the committed membership, not from it.
+        let joint = ServerView {
+            configs: vec![s(&[2, 3]), s(&[2, 3, 4])],
+            configs_index: Some(5),
+            ..v.clone()
+        };
+        let replace = |configs| append(2, 7, Some(log_id(6, 4)), vec![entry(7, 5, configs)]);
+        check_append(&joint, &replace(vec![s(&[2, 3]), s(&[2, 3, 5])])).unwrap();
+        let e = check_append(&joint, &replace(vec![s(&[99])])).unwrap_err();
+        assert!(matches!(e, RpcRefused::MembershipJump { .. }), "{e}");
+        // After the joint entry, the next steps from it.
+        let after = append(
+            2,
+            7,
+            Some(log_id(6, 5)),
+            vec![entry(7, 6, vec![s(&[2, 3, 4])])],
+        );
+        check_append(&joint, &after).unwrap();
     }
 
     #[test]

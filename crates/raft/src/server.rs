@@ -402,11 +402,20 @@ impl Server {
     pub async fn remove(&self, ids: impl IntoIterator<Item = NodeId>) -> Result<(), ClusterError> {
         let ids: BTreeSet<NodeId> = ids.into_iter().collect();
         let voters = self.members().1;
-        let demote: BTreeSet<NodeId> = ids.intersection(&voters).copied().collect();
+        let (demote, learners): (BTreeSet<NodeId>, BTreeSet<NodeId>) =
+            ids.into_iter().partition(|id| voters.contains(id));
+        // Learners first, while this server surely leads. Voters last, in one change:
+        // without `retain` it takes them out of the membership altogether, so nothing
+        // follows it — if it removed this server, this server no longer leads, and
+        // openraft 0.9 asserts (panics, in a debug build) when a stepped-down leader
+        // is handed another membership change.
+        if !learners.is_empty() {
+            self.change(ChangeMembers::RemoveNodes(learners)).await?;
+        }
         if !demote.is_empty() {
             self.change(ChangeMembers::RemoveVoters(demote)).await?;
         }
-        self.change(ChangeMembers::RemoveNodes(ids)).await
+        Ok(())
     }
 
     /// Stops Raft and releases the data directory's lock. The files stay as they are:
@@ -429,15 +438,15 @@ impl Server {
         let m = metrics.borrow();
         let effective = m.membership_config.membership();
         let mut members: BTreeSet<NodeId> = effective.nodes().map(|(id, _)| *id).collect();
-        members.extend(
-            self.inner
-                .applied
-                .lock()
-                .membership
-                .membership()
-                .nodes()
-                .map(|(id, _)| *id),
-        );
+        let (committed_configs, committed_index) = {
+            let applied = self.inner.applied.lock();
+            let committed = &applied.membership;
+            members.extend(committed.membership().nodes().map(|(id, _)| *id));
+            (
+                committed.membership().get_joint_config().clone(),
+                committed.log_id().map(|l| l.index),
+            )
+        };
         ServerView {
             id: self.inner.id,
             current_term: m.current_term,
@@ -445,6 +454,9 @@ impl Server {
             members,
             voters: effective.voter_ids().collect(),
             configs: effective.get_joint_config().clone(),
+            configs_index: m.membership_config.log_id().map(|l| l.index),
+            committed_configs,
+            committed_index,
         }
     }
 

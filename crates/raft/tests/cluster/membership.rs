@@ -211,3 +211,48 @@ async fn a_joint_configuration_left_by_a_lost_leader_is_recovered() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_removes_itself_and_the_others_go_on() {
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    propose_until_known(&cluster, &marker_node("before", 0)).await;
+    let old = cluster.wait_leader(&[]).await;
+    // One change, and none after it: a second one reached a leader that had stepped
+    // down and stopped its Raft (openraft's "only leader" assertion).
+    old.remove_server(old.id()).await.unwrap();
+    assert!(!old.members().0.contains_key(&old.id()));
+    // The other two elect a leader among themselves; the one that replicates to the
+    // other resends the membership entries the removal wrote, which it must take.
+    let new = cluster.wait_leader(&[old.id()]).await;
+    assert_ne!(new.id(), old.id());
+    cluster.crash(old.id()).await;
+    for seq in 0..10 {
+        propose_until_known(&cluster, &marker_node("after", seq)).await;
+    }
+    cluster.converge().await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_elected_after_a_membership_change_replicates_to_every_follower() {
+    use std::time::Duration;
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    propose_until_known(&cluster, &marker_node("before", 0)).await;
+    let leader = cluster.wait_leader(&[]).await;
+    let _four = cluster.open(4).await;
+    leader
+        .add_server(4, "server-4", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(leader.members().1.contains(&4));
+    // A new leader starts replicating from the middle of its log, across the
+    // membership entries of the change: the followers must take them again.
+    cluster.crash(leader.id()).await;
+    let new = cluster.wait_leader(&[leader.id()]).await;
+    for seq in 0..10 {
+        propose_until_known(&cluster, &marker_node("after", seq)).await;
+    }
+    cluster.wait_all_applied(new.last_applied()).await;
+    cluster.converge().await;
+    cluster.shutdown().await;
+}
