@@ -94,6 +94,7 @@ pub use log_format::{
     RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION, is_server_dir,
 };
 pub use log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
+pub use membership::{CATCH_UP_DISTANCE, MEMBERSHIP_STEP_DEADLINE};
 pub use network::{BoxFuture, Network, RpcFailure, RpcResult};
 pub use observe::{ApplyEvent, ApplyObserver};
 pub use router::{Router, RouterNetwork};

@@ -6,7 +6,8 @@
 //!   already a member with another address is refused (with the same address, the call
 //!   only finishes what is missing). The server joins as a **learner** (it never counts
 //!   toward a quorum, so an unreachable one costs the cluster nothing); it is promoted to
-//!   voter only once its log matches the leader's up to the entry that added it. If it
+//!   voter only once its log matches the leader's up to the entry that added it and
+//!   lacks at most [`CATCH_UP_DISTANCE`] entries of the leader's log. If it
 //!   does not catch up in time, it is removed again and the call fails with
 //!   [`ClusterError::NotCaughtUp`].
 //! - [`Server::remove_server`]: a member; never the last voter.
@@ -26,7 +27,13 @@ use crate::{NodeId, Server};
 const MAX_ADDRESS_BYTES: usize = 255;
 
 /// How long one step of a change (an entry to commit) may take.
-const STEP_DEADLINE: Duration = Duration::from_secs(30);
+pub const MEMBERSHIP_STEP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// How many entries a learner may still lack behind the leader's last one to be made
+/// a voter. Once it votes it counts toward every quorum; until it holds the log it
+/// cannot help make one, so the cluster would survive one failure less meanwhile.
+/// (One entry carries a batch of commands.)
+pub const CATCH_UP_DISTANCE: u64 = 64;
 
 /// Checks an address: non-empty, at most 255 bytes, printable, no whitespace.
 fn check_address(address: &str) -> Result<(), ClusterError> {
@@ -48,10 +55,10 @@ async fn step<T>(
     what: &str,
     fut: impl Future<Output = Result<T, ClusterError>>,
 ) -> Result<T, ClusterError> {
-    match tokio::time::timeout(STEP_DEADLINE, fut).await {
+    match tokio::time::timeout(MEMBERSHIP_STEP_DEADLINE, fut).await {
         Ok(r) => r,
         Err(_) => Err(ClusterError::Unavailable(format!(
-            "{what} did not commit within {STEP_DEADLINE:?} (no quorum?); read the configuration before retrying"
+            "{what} did not commit within {MEMBERSHIP_STEP_DEADLINE:?} (no quorum?); read the configuration before retrying"
         ))),
     }
 }
@@ -74,6 +81,7 @@ impl Server {
             return Err(ClusterError::Invalid("server ids start at 1".into()));
         }
         check_address(address)?;
+        self.settle_membership().await?;
         let (members, voters) = self.members();
         match members.get(&id) {
             Some(a) if a != address => {
@@ -84,20 +92,7 @@ impl Server {
             Some(_) if voters.contains(&id) => return Ok(()),
             _ => {}
         }
-        let raft = self.raft();
-        let added = step("adding the learner", async {
-            raft.add_learner(
-                id,
-                BasicNode {
-                    addr: address.to_string(),
-                },
-                false,
-            )
-            .await
-            .map_err(|e| ClusterError::from(ProposeError::from_write(e)))
-        })
-        .await?;
-        let needed = added.log_id.index;
+        let needed = self.join_as_learner(id, address).await?;
         if !self.wait_caught_up(id, needed, catch_up).await {
             tracing::warn!(id, address, "the new server did not catch up; removing it");
             self.change(ChangeMembers::RemoveNodes(BTreeSet::from([id])))
@@ -112,18 +107,45 @@ impl Server {
             .await
     }
 
-    /// Whether learner `id` matched the leader's log up to `index` within `within`.
+    /// Adds `id` at `address` as a learner without waiting for it (openraft's
+    /// `blocking` wait has no end), within the step deadline; returns the index of the
+    /// membership entry that added it.
+    pub(crate) async fn join_as_learner(
+        &self,
+        id: NodeId,
+        address: &str,
+    ) -> Result<u64, ClusterError> {
+        let raft = self.raft();
+        let node = BasicNode {
+            addr: address.to_string(),
+        };
+        let added = step("adding the learner", async {
+            raft.add_learner(id, node, false)
+                .await
+                .map_err(|e| ClusterError::from(ProposeError::from_write(e)))
+        })
+        .await?;
+        Ok(added.log_id.index)
+    }
+
+    /// Whether learner `id`, as this leader sees it, matched the log up to `index` and
+    /// is within [`CATCH_UP_DISTANCE`] of the leader's last entry, within `within`.
     pub(crate) async fn wait_caught_up(&self, id: NodeId, index: u64, within: Duration) -> bool {
         let until = Instant::now() + within;
         let mut metrics = self.raft().metrics();
         loop {
-            let matched = metrics
-                .borrow_and_update()
-                .replication
-                .as_ref()
-                .and_then(|r| r.get(&id).copied().flatten())
-                .map(|l| l.index);
-            if matched.is_some_and(|m| m >= index) {
+            let caught_up = {
+                let m = metrics.borrow_and_update();
+                let last = m.last_log_index.unwrap_or(0);
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).copied().flatten())
+                    .is_some_and(|matched| {
+                        matched.index >= index
+                            && last.saturating_sub(matched.index) <= CATCH_UP_DISTANCE
+                    })
+            };
+            if caught_up {
                 return true;
             }
             let left = until.saturating_duration_since(Instant::now());
@@ -142,6 +164,7 @@ impl Server {
     /// [`ClusterError::NotAMember`], [`ClusterError::Conflict`] for the last voter, or
     /// a step that did not commit.
     pub async fn remove_server(&self, id: NodeId) -> Result<(), ClusterError> {
+        self.settle_membership().await?;
         let (members, voters) = self.members();
         if !members.contains_key(&id) {
             return Err(ClusterError::NotAMember(id));
@@ -160,6 +183,7 @@ impl Server {
     /// # Errors
     /// A step that did not commit.
     pub async fn recover_membership(&self) -> Result<bool, ClusterError> {
+        self.settle_membership().await?;
         let configs = self
             .raft()
             .metrics()
@@ -177,11 +201,39 @@ impl Server {
         Ok(true)
     }
 
+    /// On a leader, waits (within the step deadline) until it applied its newest
+    /// membership entry, so that [`members`](Self::members) is the membership in
+    /// force and openraft takes a change: it refuses one while the entry before is not
+    /// committed, as after an election until the new leader's first entry commits.
+    async fn settle_membership(&self) -> Result<(), ClusterError> {
+        let raft = self.raft();
+        let (newest, applied) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (
+                m.membership_config.log_id().map(|l| l.index),
+                m.last_applied.map(|l| l.index),
+            )
+        };
+        if !self.is_leader() || newest <= applied {
+            return Ok(());
+        }
+        step("the newest membership entry", async {
+            raft.wait(Some(MEMBERSHIP_STEP_DEADLINE))
+                .applied_index_at_least(newest, "the newest membership applied")
+                .await
+                .map(|_| ())
+                .map_err(|e| ClusterError::Unavailable(e.to_string()))
+        })
+        .await
+    }
+
     /// One membership entry, within the step deadline.
     pub(crate) async fn change(
         &self,
         change: ChangeMembers<NodeId, BasicNode>,
     ) -> Result<(), ClusterError> {
+        self.settle_membership().await?;
         let raft = self.raft();
         step("the membership change", async {
             raft.change_membership(change, false)

@@ -362,20 +362,9 @@ impl Server {
         addr: impl Into<String>,
     ) -> Result<(), ClusterError> {
         let address = addr.into();
-        let added = self
-            .inner
-            .raft
-            .add_learner(
-                id,
-                BasicNode {
-                    addr: address.clone(),
-                },
-                false,
-            )
-            .await
-            .map_err(|e| ClusterError::from(ProposeError::from_write(e)))?;
+        let added = self.join_as_learner(id, &address).await?;
         let within = Duration::from_secs(60);
-        if self.wait_caught_up(id, added.log_id.index, within).await {
+        if self.wait_caught_up(id, added, within).await {
             Ok(())
         } else {
             Err(ClusterError::NotCaughtUp {

@@ -256,3 +256,43 @@ async fn a_leader_elected_after_a_membership_change_replicates_to_every_follower
     cluster.converge().await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_server_votes_only_once_it_caught_up() {
+    use std::time::{Duration, Instant};
+    let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
+    for seq in 0..20 {
+        propose_until_known(&cluster, &marker_node("before", seq)).await;
+    }
+    let leader = cluster.wait_leader(&[]).await;
+    let four = cluster.open(4).await;
+    // Server 4 is cut off: it joins as a learner and cannot catch up.
+    cluster.router.partition(&[&[1, 2, 3], &[4]]);
+    let adding = {
+        let leader = leader.clone();
+        tokio::spawn(async move { leader.add_server(4, "server-4", DEADLINE).await })
+    };
+    let start = Instant::now();
+    while !leader.members().0.contains_key(&4) {
+        assert!(start.elapsed() < DEADLINE, "4 never became a learner");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Meanwhile the cluster takes writes (a learner is in no quorum), and 4 stays a
+    // learner however long it lags.
+    for seq in 0..20 {
+        propose_until_known(&cluster, &marker_node("while", seq)).await;
+        assert!(!leader.members().1.contains(&4), "promoted while cut off");
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!leader.members().1.contains(&4), "promoted while cut off");
+    assert!(!adding.is_finished());
+    cluster.router.heal();
+    adding.await.unwrap().unwrap();
+    assert!(leader.members().1.contains(&4));
+    // Promoted once it held the log: it has every write made while it was cut off.
+    four.wait_applied(leader.last_applied(), DEADLINE)
+        .await
+        .unwrap();
+    assert!(four.read_stale().view().node("while-19").is_some());
+    cluster.shutdown().await;
+}
