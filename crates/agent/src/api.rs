@@ -7,6 +7,8 @@
 //! no namespace. Rows are the model's serde forms (snake_case fields); volumes' secret
 //! values are always `"<redacted>"`.
 
+use std::time::Duration;
+
 use schedstate::model::CsiPlugin;
 use serde::{Deserialize, Serialize};
 
@@ -132,6 +134,50 @@ pub enum PeerChange {
     Recover,
 }
 
+/// How long a new server may take to catch up when the request does not say.
+pub const PEER_CATCH_UP_DEFAULT: Duration = Duration::from_secs(30);
+
+/// The longest a request may give a new server to catch up (a longer `wait` is cut).
+pub const PEER_CATCH_UP_MAX: Duration = Duration::from_secs(600);
+
+impl PeerChange {
+    /// How long an added server may take to catch up: its `wait`, at most
+    /// [`PEER_CATCH_UP_MAX`], [`PEER_CATCH_UP_DEFAULT`] when absent; zero for the
+    /// other changes.
+    ///
+    /// # Errors
+    /// A `wait` that is not a duration (`30s`, `2m`, `1m 30s`).
+    pub fn catch_up(&self) -> Result<Duration, String> {
+        match self {
+            PeerChange::Add { wait: None, .. } => Ok(PEER_CATCH_UP_DEFAULT),
+            PeerChange::Add { wait: Some(w), .. } => humantime::parse_duration(w)
+                .map(|d| d.min(PEER_CATCH_UP_MAX))
+                .map_err(|e| format!("wait={w:?} is not a duration like 30s: {e}")),
+            PeerChange::Remove { .. } | PeerChange::Recover => Ok(Duration::ZERO),
+        }
+    }
+
+    /// The longest the agent takes to answer this change: the catch-up wait and
+    /// every membership step within its deadline (the newest entry applied, the
+    /// learner's entry, then the promotion's or the removal's, each waiting for the
+    /// one before), the leadership check in front, and a margin for the network.
+    pub fn answer_within(&self) -> Duration {
+        let steps = 4 * schedstate_raft::MEMBERSHIP_STEP_DEADLINE;
+        self.catch_up().unwrap_or_default() + steps + Duration::from_secs(10)
+    }
+}
+
+/// The answer to `POST /v1/operator/raft/peer`: the change, made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerChangeDone {
+    /// The change as it was asked for.
+    pub done: PeerChange,
+    /// For `recover`: whether the configuration was joint (and was left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_joint: Option<bool>,
+}
+
 /// One line of `GET /v1/event/stream`: the events of one committed write. An idle
 /// stream sends `{}` lines as heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,5 +229,36 @@ pub const REDACTED: &str = "<redacted>";
 pub(crate) fn redact(v: &mut schedstate::model::CsiVolume) {
     for value in v.secrets.values_mut() {
         *value = REDACTED.to_string();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(wait: Option<&str>) -> PeerChange {
+        PeerChange::Add {
+            id: 4,
+            address: "127.0.0.1:4646".into(),
+            wait: wait.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_peer_change_waits_as_asked_within_bounds_and_the_client_longer() {
+        assert_eq!(add(None).catch_up(), Ok(PEER_CATCH_UP_DEFAULT));
+        assert_eq!(add(Some("2m")).catch_up(), Ok(Duration::from_secs(120)));
+        assert_eq!(add(Some("1000h")).catch_up(), Ok(PEER_CATCH_UP_MAX));
+        assert!(add(Some("soon")).catch_up().is_err());
+        assert_eq!(PeerChange::Recover.catch_up(), Ok(Duration::ZERO));
+        // The client's timeout covers the wait and the steps around it.
+        let two_minutes = add(Some("2m")).answer_within();
+        assert!(
+            two_minutes > Duration::from_secs(120) + 2 * schedstate_raft::MEMBERSHIP_STEP_DEADLINE
+        );
+        assert!(
+            PeerChange::Remove { id: 4 }.answer_within()
+                > 2 * schedstate_raft::MEMBERSHIP_STEP_DEADLINE
+        );
     }
 }

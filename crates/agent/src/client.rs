@@ -9,8 +9,8 @@ use schedstate::state::Command;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    AgentSelf, ErrorBody, INDEX_HEADER, PeerChange, PluginListStub, RaftConfiguration,
-    WriteResponse,
+    AgentSelf, ErrorBody, INDEX_HEADER, PeerChange, PeerChangeDone, PluginListStub,
+    RaftConfiguration, WriteResponse,
 };
 
 /// Why a request to an agent failed.
@@ -519,14 +519,24 @@ impl Client {
         Ok(r.value)
     }
 
-    /// `POST /v1/operator/raft/peer`.
-    pub async fn change_peer(&self, change: &PeerChange) -> Result<(), ClientError> {
+    /// `POST /v1/operator/raft/peer`: waits as long as the agent may take to answer
+    /// ([`PeerChange::answer_within`]: an added server's catch-up wait and every
+    /// step's deadline), so that the answer, not a timeout here, says what happened.
+    pub async fn change_peer(&self, change: &PeerChange) -> Result<PeerChangeDone, ClientError> {
         let body = serde_json::to_vec(change).map_err(|e| ClientError::Decode {
             url: self.base.clone(),
             reason: e.to_string(),
         })?;
-        let _: serde_json::Value = self.post_json("/v1/operator/raft/peer", body).await?;
-        Ok(())
+        let req = self
+            .request(reqwest::Method::POST, "/v1/operator/raft/peer")
+            .timeout(change.answer_within())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        let (resp, url) = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        Self::body(resp, &url).await
     }
 
     /// `GET /v1/operator/snapshot`: the whole state as a snapshot file (the store's

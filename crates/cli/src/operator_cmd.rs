@@ -6,7 +6,7 @@
 
 use clap::{Args, Subcommand};
 use schedstate_agent::Client;
-use schedstate_agent::api::PeerChange;
+use schedstate_agent::api::{PeerChange, PeerChangeDone};
 
 use crate::output::{CliError, err};
 use crate::source::agent_error;
@@ -123,15 +123,19 @@ pub fn run(command: OperatorCmd) -> Result<(), CliError> {
                 Ok(())
             }
             RaftCmd::Recover(agent) => {
-                change(&agent, PeerChange::Recover).await?;
-                println!("the configuration is not joint (any joint configuration was left)");
+                let done = change(&agent, PeerChange::Recover).await?;
+                if done.left_joint == Some(true) {
+                    println!("the joint configuration was left for its newer half");
+                } else {
+                    println!("the configuration was not joint: nothing to recover");
+                }
                 Ok(())
             }
         }
     })
 }
 
-async fn change(a: &AgentArgs, change: PeerChange) -> Result<(), CliError> {
+async fn change(a: &AgentArgs, change: PeerChange) -> Result<PeerChangeDone, CliError> {
     client(a)?
         .change_peer(&change)
         .await

@@ -1,10 +1,11 @@
 //! `POST /v1/operator/raft/peer`: changes to the cluster's servers — add one (a
-//! learner, made a voter once it caught up, removed again if it does not in time),
-//! remove one, or leave a joint configuration a lost leader left behind. Checked
-//! before anything is proposed; every step has a deadline (`schedstate_raft`'s
-//! membership module). The consistency layer in front sends it to the leader.
-
-use std::time::Duration;
+//! learner, made a voter once it caught up, removed again if it does not within the
+//! request's `wait`), remove one, or leave a joint configuration a lost leader left
+//! behind. Checked before anything is proposed (the body, the address as `host:port`
+//! here, the id and the membership in `schedstate_raft`'s membership module); every
+//! step has a deadline there. The answer is a
+//! [`PeerChangeDone`](crate::api::PeerChangeDone). The consistency layer in front
+//! sends it to the leader.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -14,29 +15,39 @@ use axum::response::{IntoResponse, Response};
 use super::body::{BodyRule, read_body};
 use super::error::ApiError;
 use super::{AppState, json};
-use crate::api::PeerChange;
+use crate::api::{PeerChange, PeerChangeDone};
 
 const RULE: BodyRule = BodyRule {
     limit: 64 << 10,
     content_type: "application/json",
 };
 
-/// How long a new server may take to catch up when the request does not say.
-const DEFAULT_CATCH_UP: Duration = Duration::from_secs(30);
+/// The longest address taken (as the Raft crate bounds a membership's addresses).
+const MAX_ADDRESS_BYTES: usize = 255;
 
-/// The longest a request may give a new server.
-const MAX_CATCH_UP: Duration = Duration::from_secs(600);
-
-/// An agent's address: what the others dial, `host:port`.
+/// An agent's address, what the others dial: `host:port`, the host non-empty (an
+/// IPv6 one in brackets), the port a number from 1 to 65535 in digits only, at most
+/// 255 printable bytes in all.
 fn check_address(address: &str) -> Result<(), ApiError> {
-    let ok = address
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
-    if ok {
+    let printable = !address.is_empty()
+        && address.len() <= MAX_ADDRESS_BYTES
+        && address.bytes().all(|b| b.is_ascii_graphic());
+    let host_port = address.rsplit_once(':').is_some_and(|(host, port)| {
+        let host_ok = match host.strip_prefix('[') {
+            Some(v6) => v6.strip_suffix(']').is_some_and(|a| !a.is_empty()),
+            None => !host.is_empty() && !host.contains([':', '[', ']']),
+        };
+        let port_ok = !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_ok_and(|p| p != 0);
+        host_ok && port_ok
+    });
+    if printable && host_port {
         Ok(())
     } else {
         Err(ApiError::bad_request(format!(
-            "the address {:?} is not host:port",
+            "the address {:?} is not host:port (at most {MAX_ADDRESS_BYTES} printable \
+             ASCII bytes, an IPv6 host in brackets, a port from 1 to 65535)",
             address.chars().take(64).collect::<String>()
         )))
     }
@@ -65,29 +76,26 @@ async fn change(
              {{\"op\":\"remove\",\"id\":4}} or {{\"op\":\"recover\"}}): {e}"
         ))
     })?;
+    let catch_up = change.catch_up().map_err(ApiError::bad_request)?;
     let server = &st.server;
-    let done = match &change {
-        PeerChange::Add { id, address, wait } => {
+    let mut left_joint = None;
+    match &change {
+        PeerChange::Add { id, address, .. } => {
             check_address(address)?;
-            let catch_up = match wait {
-                None => DEFAULT_CATCH_UP,
-                Some(w) => humantime::parse_duration(w)
-                    .map_err(|e| ApiError::bad_request(format!("wait={w:?}: {e}")))?
-                    .min(MAX_CATCH_UP),
-            };
-            tracing::info!(id, address, "adding a server");
+            tracing::info!(id, address, ?catch_up, "adding a server");
             server.add_server(*id, address, catch_up).await?;
-            serde_json::json!({ "done": change })
         }
         PeerChange::Remove { id } => {
             tracing::info!(id, "removing a server");
             server.remove_server(*id).await?;
-            serde_json::json!({ "done": change })
         }
         PeerChange::Recover => {
-            let left = server.recover_membership().await?;
-            serde_json::json!({ "done": change, "left_joint": left })
+            left_joint = Some(server.recover_membership().await?);
         }
+    }
+    let done = PeerChangeDone {
+        done: change,
+        left_joint,
     };
     Ok(json(
         st,

@@ -3,6 +3,7 @@
 
 mod health;
 mod hostile;
+mod peers;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -469,63 +470,5 @@ async fn without_a_leader_writes_and_consistent_reads_are_503_and_change_nothing
     let stale = c.nodes(ReadOptions::stale()).await.unwrap();
     assert!(stale.value.is_empty());
     assert_eq!(stale.index, 0);
-    agents.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_is_added_and_removed_through_the_api() {
-    let mut agents = Agents::start(3, None).await;
-    agents.client(0).apply(&upsert("n1", "ebs")).await.unwrap();
-    let follower = (agents.wait_leader().await + 1) % 3;
-    // A fourth agent that knows the cluster: fresh, it waits to be added.
-    agents.ports.push(support::free_ports(1)[0]);
-    let fourth = schedstate_agent::Agent::start(agents.config(3))
-        .await
-        .unwrap();
-    agents.agents.push(Some(fourth));
-    let address = format!("127.0.0.1:{}", agents.ports[3]);
-    let c = agents.client(follower);
-    c.change_peer(&schedstate_agent::api::PeerChange::Add {
-        id: 4,
-        address,
-        wait: None,
-    })
-    .await
-    .unwrap();
-    let config = c.raft_configuration().await.unwrap();
-    assert_eq!(config.servers.len(), 4);
-    assert!(config.servers.iter().all(|s| s.voter));
-    // The new server has the state.
-    let start = Instant::now();
-    while agents
-        .client(3)
-        .node("n1", ReadOptions::stale())
-        .await
-        .unwrap()
-        .value
-        .is_none()
-    {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the added server never caught up"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    c.change_peer(&schedstate_agent::api::PeerChange::Remove { id: 4 })
-        .await
-        .unwrap();
-    let config = c.raft_configuration().await.unwrap();
-    assert_eq!(config.servers.len(), 3, "{config:?}");
-    // A malformed change is 400 and changes nothing.
-    let resp = reqwest::Client::new()
-        .post(agents.url(follower, "/v1/operator/raft/peer"))
-        .header("content-type", "application/json")
-        .body(r#"{"op":"promote","id":4}"#)
-        .send()
-        .await
-        .unwrap();
-    let (status, e) = error_of(resp).await;
-    assert_eq!((status, e.kind.as_str()), (400, "BadRequest"));
-    assert_eq!(c.raft_configuration().await.unwrap().servers.len(), 3);
     agents.shutdown().await;
 }

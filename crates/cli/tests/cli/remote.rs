@@ -511,5 +511,9 @@ fn operator_raft_lists_refuses_an_unreachable_peer_and_recovers() {
     assert_eq!(remote(&["operator", "raft", "list-peers"], &a), listed);
     let recovered = remote(&["operator", "raft", "recover"], &a);
     assert_eq!(recovered.code, Some(0), "{recovered:?}");
+    assert!(
+        recovered.stdout.contains("nothing to recover"),
+        "{recovered:?}"
+    );
     drop(cluster);
 }
