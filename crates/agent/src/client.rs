@@ -466,20 +466,26 @@ impl Client {
             url: self.base.clone(),
             reason: e.to_string(),
         })?;
-        self.post_json("/v1/commands", body)
+        self.post_json("/v1/commands", body, None)
             .await
             .map(|w: WriteResponse| w.index)
     }
 
+    /// POSTs a JSON `body` and reads a JSON answer; `within` replaces the client's
+    /// request timeout for calls the agent may take longer to answer.
     async fn post_json<T: DeserializeOwned>(
         &self,
         path: &str,
         body: Vec<u8>,
+        within: Option<std::time::Duration>,
     ) -> Result<T, ClientError> {
-        let req = self
+        let mut req = self
             .request(reqwest::Method::POST, path)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
+        if let Some(t) = within {
+            req = req.timeout(t);
+        }
         let (resp, url) = self.send(req).await?;
         if resp.status() != StatusCode::OK {
             return Err(Self::error(resp, url).await);
@@ -527,16 +533,8 @@ impl Client {
             url: self.base.clone(),
             reason: e.to_string(),
         })?;
-        let req = self
-            .request(reqwest::Method::POST, "/v1/operator/raft/peer")
-            .timeout(change.answer_within())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        let (resp, url) = self.send(req).await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
-        }
-        Self::body(resp, &url).await
+        self.post_json("/v1/operator/raft/peer", body, Some(change.answer_within()))
+            .await
     }
 
     /// `GET /v1/operator/snapshot`: the whole state as a snapshot file (the store's
