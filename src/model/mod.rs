@@ -7,6 +7,7 @@
 //! [`Arc`](std::sync::Arc), and a change is made by building a new value and
 //! storing that in its place.
 
+mod acl;
 mod alloc;
 mod csi_info;
 mod fingerprints;
@@ -15,6 +16,7 @@ mod plugin;
 mod stub;
 mod volume;
 
+pub use acl::{AclScope, AclToken};
 pub use alloc::{Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
 pub use csi_info::{CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiTopology};
 pub use fingerprints::Fingerprints;

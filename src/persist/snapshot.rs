@@ -8,6 +8,9 @@
 //! BODY   := for each table of the header, in order, for each row:
 //!           LEN u32 | postcard(row)
 //! ```
+//! The tables are those the header lists, each at most once, in any order; one not
+//! listed is empty (the `acl_tokens` table is listed only once written, so the
+//! snapshot of a state without tokens is what builds before that table wrote).
 //! Integers are little-endian; checksums are CRC-32 (IEEE) — the header's covers
 //! everything before it, the body's the body. Rows are streamed: writing never holds a
 //! second copy of the state, and reading checks every length against a cap before
@@ -20,7 +23,7 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
 use crate::state::{Restore, StateError, StateSnapshot, StateStore, Table};
 
 use super::error::{PersistError, Result};
@@ -92,8 +95,12 @@ pub(crate) fn write_snapshot<W: Write>(
     path: &Path,
 ) -> Result<u64> {
     let v = snap.view();
+    // The tokens table is listed once written: the snapshot of a state that never had
+    // one is byte for byte what a build before the table wrote (and still reads).
+    let acl = v.acl_bootstrapped();
     let tables = Table::ALL
         .iter()
+        .filter(|t| acl || **t != Table::AclTokens)
         .map(|&table| TableHeader {
             name: table.name().to_string(),
             index: v.table_index(table),
@@ -151,6 +158,9 @@ pub(crate) fn write_snapshot<W: Write>(
     }
     for vol in v.csi_volumes() {
         row(&mut o, &*vol)?;
+    }
+    for token in v.acl_tokens() {
+        row(&mut o, &*token)?;
     }
     o.put_crc().map_err(&e)?;
     o.w.flush().map_err(&e)?;
@@ -367,6 +377,7 @@ fn read_row<R: Read>(
         Table::Allocs => restore.alloc(i.row::<Allocation>(buf)?)?,
         Table::CsiPlugins => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
         Table::CsiVolumes => restore.volume(i.row::<CsiVolume>(buf)?)?,
+        Table::AclTokens => restore.acl_token(i.row::<AclToken>(buf)?)?,
     }
     Ok(())
 }

@@ -148,6 +148,12 @@ impl StateView<'_> {
                     )
                 })
                 .collect(),
+        )?;
+        rows(
+            Table::AclTokens,
+            self.acl_tokens()
+                .map(|t| (t.accessor_id.to_string(), t.create_index, t.modify_index))
+                .collect(),
         )
     }
 

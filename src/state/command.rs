@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Allocation, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
+use crate::model::{AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
 
 /// One write.
 ///
@@ -86,6 +86,24 @@ pub enum Command {
         /// The nodes as their clients report them.
         nodes: Vec<Node>,
     },
+    /// Make the cluster's first token — a management token that never expires — once:
+    /// refused as soon as any token was ever written. (Appended: variant numbers are
+    /// part of the log format.)
+    AclBootstrap {
+        /// The token (its secret's hash only).
+        token: AclToken,
+    },
+    /// Create tokens. Atomic: an accessor id or secret hash already in use fails all.
+    CreateAclTokens {
+        /// The tokens (their secrets' hashes only).
+        tokens: Vec<AclToken>,
+    },
+    /// Revoke tokens. Atomic: an unknown accessor id fails all; the last management
+    /// token that never expires cannot be revoked.
+    DeleteAclTokens {
+        /// The tokens' accessor ids.
+        accessor_ids: Vec<Id>,
+    },
 }
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
@@ -115,6 +133,20 @@ impl Command {
             Command::DeregisterCsiVolumes { .. } => "deregister_volumes",
             Command::ClaimCsiVolumes { .. } => "claim_volumes",
             Command::UpsertNodes { .. } => "upsert_nodes",
+            Command::AclBootstrap { .. } => "acl_bootstrap",
+            Command::CreateAclTokens { .. } => "create_acl_tokens",
+            Command::DeleteAclTokens { .. } => "delete_acl_tokens",
         }
+    }
+
+    /// Whether the command manages ACL tokens: a server takes those only through its
+    /// ACL endpoints, from a management token, never as an ordinary write.
+    pub fn is_acl(&self) -> bool {
+        matches!(
+            self,
+            Command::AclBootstrap { .. }
+                | Command::CreateAclTokens { .. }
+                | Command::DeleteAclTokens { .. }
+        )
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::engine::{Change, ChangeKind, CommitInfo};
-use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
 
 use super::table::Table;
 
@@ -77,6 +77,7 @@ impl RowChange<'_> {
             Table::Allocs => c.before().map(Row::Alloc),
             Table::CsiPlugins => c.before().map(Row::CsiPlugin),
             Table::CsiVolumes => c.before().map(Row::CsiVolume),
+            Table::AclTokens => c.before().map(Row::AclToken),
         }
     }
 
@@ -88,6 +89,7 @@ impl RowChange<'_> {
             Table::Allocs => c.after().map(Row::Alloc),
             Table::CsiPlugins => c.after().map(Row::CsiPlugin),
             Table::CsiVolumes => c.after().map(Row::CsiVolume),
+            Table::AclTokens => c.after().map(Row::AclToken),
         }
     }
 }
@@ -104,6 +106,8 @@ pub enum Row {
     CsiPlugin(Arc<CsiPlugin>),
     /// A CSI volume, as stored (not denormalized).
     CsiVolume(Arc<CsiVolume>),
+    /// An ACL token (its secret's hash, never the secret).
+    AclToken(Arc<AclToken>),
 }
 
 impl Row {
@@ -114,6 +118,7 @@ impl Row {
             Row::Alloc(_) => Table::Allocs,
             Row::CsiPlugin(_) => Table::CsiPlugins,
             Row::CsiVolume(_) => Table::CsiVolumes,
+            Row::AclToken(_) => Table::AclTokens,
         }
     }
 }

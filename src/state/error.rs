@@ -163,6 +163,29 @@ pub enum StateError {
         /// The claim mode.
         mode: CsiVolumeClaimMode,
     },
+    /// ACL bootstrap after a token was already written: it runs once per cluster.
+    #[error("the ACL system was already bootstrapped (at index {bootstrapped_at})")]
+    AclAlreadyBootstrapped {
+        /// The tokens table's index: the last write of a token.
+        bootstrapped_at: u64,
+    },
+    /// A token was created before the ACL system was bootstrapped.
+    #[error("the ACL system is not bootstrapped yet")]
+    AclNotBootstrapped,
+    /// A new token reuses an accessor id.
+    #[error("an ACL token with accessor id {0:?} already exists")]
+    AclTokenExists(Id),
+    /// A new token's secret is already another token's. (The secret is not named.)
+    #[error("that secret is already another token's")]
+    AclSecretInUse,
+    /// A revocation named a token that does not exist.
+    #[error("ACL token {0:?} not found")]
+    AclTokenNotFound(Id),
+    /// A revocation would leave no management token that never expires.
+    #[error(
+        "that would revoke the last management token that never expires (create another first)"
+    )]
+    LastManagementToken,
 }
 
 /// Shorthand for results of the state layer.
@@ -196,6 +219,12 @@ impl StateError {
             StateError::ReadOnlyAccessMode { .. } => "ReadOnlyAccessMode",
             StateError::Unschedulable { .. } => "Unschedulable",
             StateError::MaxClaimsReached { .. } => "MaxClaimsReached",
+            StateError::AclAlreadyBootstrapped { .. } => "AclAlreadyBootstrapped",
+            StateError::AclNotBootstrapped => "AclNotBootstrapped",
+            StateError::AclTokenExists(_) => "AclTokenExists",
+            StateError::AclSecretInUse => "AclSecretInUse",
+            StateError::AclTokenNotFound(_) => "AclTokenNotFound",
+            StateError::LastManagementToken => "LastManagementToken",
         }
     }
 }

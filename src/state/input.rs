@@ -22,7 +22,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Node};
+use crate::model::{
+    AclScope, AclToken, Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Node,
+};
 
 use super::command::{Command, CsiVolumeClaimRequest};
 use super::error::{Result, StateError};
@@ -278,6 +280,33 @@ fn volume_row(v: &CsiVolume) -> Result<()> {
     volume(v)
 }
 
+/// A token row: an id, a label, one to four scopes, a SHA-256 in lowercase hex.
+fn acl_token_row(t: &AclToken) -> Result<()> {
+    id("token accessor_id", &t.accessor_id)?;
+    text("token name", &t.name)?;
+    let bad = |field: &str, reason: &str| {
+        Err(StateError::InvalidInput {
+            field: field.into(),
+            reason: reason.into(),
+        })
+    };
+    if t.scopes.is_empty() {
+        return bad("token scopes", "a token needs at least one scope");
+    }
+    count("token scopes", t.scopes.len(), AclScope::ALL.len())?;
+    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    if t.secret_hash.len() != 64 || !t.secret_hash.bytes().all(hex) {
+        return bad(
+            "token secret_hash",
+            "must be a SHA-256 in 64 lowercase hex digits",
+        );
+    }
+    if t.expiration_time.is_some_and(|e| e <= t.create_time) {
+        return bad("token expiration_time", "must be after its create_time");
+    }
+    Ok(())
+}
+
 impl Command {
     /// Checks the input rules (the module's doc): sizes and characters, nothing that
     /// needs the state.
@@ -326,6 +355,15 @@ impl Command {
                     id("claim volume_id", &c.volume_id)?;
                     claim("claim", &c.claim)
                 })
+            }
+            Command::AclBootstrap { token } => acl_token_row(token),
+            Command::CreateAclTokens { tokens } => {
+                some("create ACL tokens", tokens)?;
+                list("tokens", tokens, acl_token_row)
+            }
+            Command::DeleteAclTokens { accessor_ids } => {
+                some("delete ACL tokens", accessor_ids)?;
+                list("accessor_ids", accessor_ids, |i| id("accessor id", i))
             }
         }
     }

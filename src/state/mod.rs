@@ -38,6 +38,7 @@
 //! - A release step that changes nothing (repeated, or for an alloc without a claim)
 //!   rewrites nothing; a gc claim always moves the volume's modify index.
 
+mod acl;
 mod allocs;
 mod batch;
 mod check;

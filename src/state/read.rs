@@ -236,6 +236,7 @@ impl<'a> StateView<'a> {
             Table::Allocs => self.view.len(self.t.allocs),
             Table::CsiPlugins => self.view.len(self.t.plugins),
             Table::CsiVolumes => self.view.len(self.t.volumes),
+            Table::AclTokens => self.view.len(self.t.acl_tokens),
         }
     }
 

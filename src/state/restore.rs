@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::engine::WriteTxn;
-use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
 
 use super::error::Result;
 use super::read::StateView;
@@ -85,6 +85,15 @@ impl Restore {
         Ok(())
     }
 
+    /// Adds an ACL token row as it was stored.
+    ///
+    /// # Errors
+    /// An engine error; a secret hash used twice (a unique index).
+    pub(crate) fn acl_token(&mut self, token: AclToken) -> Result<()> {
+        self.txn.insert(self.t.acl_tokens, Arc::new(token))?;
+        Ok(())
+    }
+
     /// Sets the table index of `table`. The derived instance table follows the
     /// plugins table.
     pub(crate) fn table_index(&mut self, table: Table, index: u64) {
@@ -96,6 +105,7 @@ impl Restore {
                 self.txn.set_table_index(self.t.instances, index);
             }
             Table::CsiVolumes => self.txn.set_table_index(self.t.volumes, index),
+            Table::AclTokens => self.txn.set_table_index(self.t.acl_tokens, index),
         }
     }
 

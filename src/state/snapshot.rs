@@ -5,7 +5,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::engine::{Snapshot, WatchSet};
-use crate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
 
 use super::read::StateView;
 use super::table::Table;
@@ -38,7 +38,7 @@ impl StateSnapshot {
     }
 
     /// A deterministic encoding (postcard) of the state: last applied index, the table
-    /// indexes and rows of the four scheduler tables. Two stores fed the same commands
+    /// indexes and rows of the scheduler tables (the ACL tokens once written). Two stores fed the same commands
     /// at the same indexes give the same bytes. The derived instance table is left out:
     /// it is rebuilt from the plugins.
     ///
@@ -55,8 +55,12 @@ impl StateSnapshot {
             volumes: Vec<Arc<CsiVolume>>,
         }
         let v = self.view();
+        // The tokens table is encoded only once written, so the encoding of a state
+        // that never had one is what it was before the table existed (golden files).
+        let acl = v.acl_bootstrapped();
         let table_indexes = Table::ALL
             .iter()
+            .filter(|t| acl || **t != Table::AclTokens)
             .map(|t| (t.name(), v.table_index(*t)))
             .collect();
         let c = Canonical {
@@ -67,7 +71,12 @@ impl StateSnapshot {
             plugins: v.csi_plugins().collect(),
             volumes: v.csi_volumes().collect(),
         };
-        postcard::to_allocvec(&c)
+        let mut bytes = postcard::to_allocvec(&c)?;
+        if acl {
+            let tokens: Vec<Arc<AclToken>> = v.acl_tokens().collect();
+            bytes.extend(postcard::to_allocvec(&tokens)?);
+        }
+        Ok(bytes)
     }
 
     /// The engine snapshot underneath (feature `unstable-internals`).

@@ -12,7 +12,7 @@ use super::snapshot::StateSnapshot;
 use super::tables::Tables;
 use super::writer::Writer;
 use super::writes::typed_writes;
-use super::{allocs, claims, nodes, volumes};
+use super::{acl, allocs, claims, nodes, volumes};
 
 /// The scheduler's state in memory: nodes, allocations, CSI plugins and volumes, on
 /// the MVCC engine. Cheap to clone; every clone is the same store.
@@ -271,5 +271,8 @@ pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
             force,
         } => volumes::deregister_volumes(w, namespace, ids, *force),
         Command::ClaimCsiVolumes { claims } => claims::claim_volumes(w, claims),
+        Command::AclBootstrap { token } => acl::bootstrap(w, token),
+        Command::CreateAclTokens { tokens } => acl::create(w, tokens),
+        Command::DeleteAclTokens { accessor_ids } => acl::delete(w, accessor_ids),
     }
 }

@@ -31,15 +31,18 @@ pub enum Table {
     CsiPlugins,
     /// CSI volumes, by (namespace, id).
     CsiVolumes,
+    /// ACL tokens, by accessor id (secrets stored as hashes only).
+    AclTokens,
 }
 
 impl Table {
     /// Every table, in the order snapshots and canonical bytes list them.
-    pub const ALL: [Table; 4] = [
+    pub const ALL: [Table; 5] = [
         Table::Nodes,
         Table::Allocs,
         Table::CsiPlugins,
         Table::CsiVolumes,
+        Table::AclTokens,
     ];
 
     /// The table's name, as snapshot files, `inspect` and change sets spell it.
@@ -49,6 +52,7 @@ impl Table {
             Table::Allocs => names::ALLOCS,
             Table::CsiPlugins => names::CSI_PLUGINS,
             Table::CsiVolumes => names::CSI_VOLUMES,
+            Table::AclTokens => names::ACL_TOKENS,
         }
     }
 
@@ -66,7 +70,7 @@ impl fmt::Display for Table {
 
 /// A table name that is not one of the scheduler's tables.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no table named {0:?} (tables: nodes, allocs, csi_plugins, csi_volumes)")]
+#[error("no table named {0:?} (tables: nodes, allocs, csi_plugins, csi_volumes, acl_tokens)")]
 pub struct UnknownTable(pub String);
 
 impl FromStr for Table {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Index, Key, Schema, Table};
-use crate::model::{Allocation, CsiPlugin, CsiVolume, Id, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Id, Node};
 
 /// Engine table names (the four of [`Table`](super::Table) and the derived one).
 pub(crate) mod names {
@@ -17,6 +17,8 @@ pub(crate) mod names {
     pub const CSI_VOLUMES: &str = "csi_volumes";
     /// The derived index of plugin instances (see [`PluginInstance`](super::PluginInstance)).
     pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
+    /// The ACL tokens table.
+    pub const ACL_TOKENS: &str = "acl_tokens";
 }
 
 /// Which map of a plugin an instance lives in.
@@ -87,6 +89,10 @@ pub struct Tables {
     pub instances: Table<PluginInstance>,
     /// Plugin instances by alloc id (instances with an empty alloc id are not indexed).
     pub instances_by_alloc: Index<PluginInstance>,
+    /// ACL tokens by accessor id.
+    pub acl_tokens: Table<AclToken>,
+    /// ACL tokens by secret hash (unique).
+    pub acl_tokens_by_secret: Index<AclToken>,
 }
 
 /// The primary key of a volume.
@@ -125,6 +131,12 @@ impl Tables {
             let instances_by_alloc = s.index(instances, "alloc", false, |i: &PluginInstance| {
                 (!i.alloc_id.is_empty()).then(|| Key::str(&i.alloc_id))
             })?;
+            let acl_tokens = s.table(names::ACL_TOKENS, |t: &AclToken| {
+                Key::str(&t.accessor_id)
+            })?;
+            let acl_tokens_by_secret = s.index(acl_tokens, "secret", true, |t: &AclToken| {
+                Some(Key::str(&t.secret_hash))
+            })?;
             Ok(Tables {
                 nodes,
                 allocs,
@@ -136,6 +148,8 @@ impl Tables {
                 volumes_by_id,
                 instances,
                 instances_by_alloc,
+                acl_tokens,
+                acl_tokens_by_secret,
             })
         })()
         .expect("the state schema declares distinct names");

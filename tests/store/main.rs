@@ -18,6 +18,7 @@ mod persist_group;
 mod persist_modes;
 mod persist_repair;
 mod persist_roundtrip;
+mod state_acl;
 mod state_batch;
 mod state_blocking;
 mod state_claims;

@@ -87,6 +87,7 @@ fn identity(row: &Row) -> (String, String) {
         Row::Alloc(a) => (a.id.to_string(), a.namespace.to_string()),
         Row::CsiPlugin(p) => (p.id.to_string(), String::new()),
         Row::CsiVolume(v) => (v.id.to_string(), v.namespace.to_string()),
+        Row::AclToken(t) => (t.accessor_id.to_string(), String::new()),
     }
 }
 
@@ -100,6 +101,8 @@ fn payload(row: &Row) -> serde_json::Value {
             crate::api::redact(&mut v);
             serde_json::to_value(&v)
         }
+        // Never streamed (see `events_of`); nothing of a token leaves here.
+        Row::AclToken(_) => return serde_json::Value::Null,
     };
     value.unwrap_or(serde_json::Value::Null)
 }
@@ -109,6 +112,9 @@ pub fn events_of(commit: &Commit, filter: &TopicFilter) -> Vec<Event> {
     let index = commit.index();
     commit
         .changes()
+        // Only the tables of a topic: ACL tokens are not a topic, and who holds which
+        // token is nobody's business but a management token's.
+        .filter(|change| TOPICS.iter().any(|(_, t)| *t == change.table()))
         .filter_map(|change| {
             let (kind, row) = match change.kind() {
                 ChangeKind::Delete => ("Deleted", change.before()?),

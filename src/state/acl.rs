@@ -1,0 +1,110 @@
+//! ACL token writes and reads (docs/rules.md §10).
+//!
+//! - Bootstrap makes the first token, once: it is refused as soon as the tokens table
+//!   has ever been written (its table index is above 0), whatever was deleted since.
+//! - Created tokens are new rows: an accessor id or a secret hash already used is
+//!   refused. Tokens are never edited in place (a new token and a revocation rotate
+//!   one), so `modify_index` = `create_index`.
+//! - Revoking the last management token that never expires is refused: bootstrap
+//!   cannot be run again, so without it nobody could manage tokens any more.
+
+use std::sync::Arc;
+
+use crate::engine::Key;
+use crate::model::{AclToken, Id};
+
+use super::error::{Result, StateError};
+use super::read::StateView;
+use super::table::Table;
+use super::writer::Writer;
+
+/// The scopes of a token as stored: sorted, each once.
+fn normalized(mut token: AclToken, index: u64) -> AclToken {
+    token.scopes.sort_unstable();
+    token.scopes.dedup();
+    token.create_index = index;
+    token.modify_index = index;
+    token
+}
+
+fn insert_new(w: &mut Writer, token: &AclToken) -> Result<()> {
+    let view = w.view();
+    if view.acl_token(&token.accessor_id).is_some() {
+        return Err(StateError::AclTokenExists(token.accessor_id.clone()));
+    }
+    if view.acl_token_by_secret_hash(&token.secret_hash).is_some() {
+        return Err(StateError::AclSecretInUse);
+    }
+    w.txn
+        .insert(w.t.acl_tokens, Arc::new(normalized(token.clone(), w.index)))?;
+    Ok(())
+}
+
+/// The first token of a cluster (a management token), once.
+pub(crate) fn bootstrap(w: &mut Writer, token: &AclToken) -> Result<()> {
+    let bootstrapped_at = w.view().table_index(Table::AclTokens);
+    if bootstrapped_at > 0 {
+        return Err(StateError::AclAlreadyBootstrapped { bootstrapped_at });
+    }
+    if !token.is_management() || token.expiration_time.is_some() {
+        return Err(StateError::InvalidInput {
+            field: "bootstrap token".into(),
+            reason: "must be a management token that never expires".into(),
+        });
+    }
+    insert_new(w, token)
+}
+
+/// New tokens; atomic.
+pub(crate) fn create(w: &mut Writer, tokens: &[AclToken]) -> Result<()> {
+    if w.view().table_index(Table::AclTokens) == 0 {
+        return Err(StateError::AclNotBootstrapped);
+    }
+    for token in tokens {
+        insert_new(w, token)?;
+    }
+    Ok(())
+}
+
+/// Revokes tokens; atomic: an unknown accessor id fails all.
+pub(crate) fn delete(w: &mut Writer, accessor_ids: &[Id]) -> Result<()> {
+    for id in accessor_ids {
+        if w.view().acl_token(id).is_none() {
+            return Err(StateError::AclTokenNotFound(id.clone()));
+        }
+        w.txn.delete(w.t.acl_tokens, &Key::str(id))?;
+    }
+    let view = w.view();
+    if !view
+        .acl_tokens()
+        .any(|t| t.is_management() && t.expiration_time.is_none())
+    {
+        return Err(StateError::LastManagementToken);
+    }
+    Ok(())
+}
+
+impl<'a> StateView<'a> {
+    /// The token with this accessor id.
+    pub fn acl_token(&self, accessor_id: &str) -> Option<Arc<AclToken>> {
+        self.view.get(self.t.acl_tokens, &Key::str(accessor_id))
+    }
+
+    /// The token whose secret hashes to `secret_hash` (64 lowercase hex digits): how a
+    /// server finds the token a request carries.
+    pub fn acl_token_by_secret_hash(&self, secret_hash: &str) -> Option<Arc<AclToken>> {
+        self.view
+            .index_eq(self.t.acl_tokens_by_secret, Key::str(secret_hash).as_bytes())
+            .next()
+    }
+
+    /// Every token, in accessor id order.
+    pub fn acl_tokens(&self) -> impl Iterator<Item = Arc<AclToken>> + 'a {
+        self.view.iter(self.t.acl_tokens)
+    }
+
+    /// Whether the cluster's ACL was bootstrapped: a token was ever written.
+    pub fn acl_bootstrapped(&self) -> bool {
+        self.table_index(Table::AclTokens) > 0
+    }
+}
