@@ -94,7 +94,10 @@ impl<'a> StateView<'a> {
     /// server finds the token a request carries.
     pub fn acl_token_by_secret_hash(&self, secret_hash: &str) -> Option<Arc<AclToken>> {
         self.view
-            .index_eq(self.t.acl_tokens_by_secret, Key::str(secret_hash).as_bytes())
+            .index_eq(
+                self.t.acl_tokens_by_secret,
+                Key::str(secret_hash).as_bytes(),
+            )
             .next()
     }
 

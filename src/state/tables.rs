@@ -131,9 +131,7 @@ impl Tables {
             let instances_by_alloc = s.index(instances, "alloc", false, |i: &PluginInstance| {
                 (!i.alloc_id.is_empty()).then(|| Key::str(&i.alloc_id))
             })?;
-            let acl_tokens = s.table(names::ACL_TOKENS, |t: &AclToken| {
-                Key::str(&t.accessor_id)
-            })?;
+            let acl_tokens = s.table(names::ACL_TOKENS, |t: &AclToken| Key::str(&t.accessor_id))?;
             let acl_tokens_by_secret = s.index(acl_tokens, "secret", true, |t: &AclToken| {
                 Some(Key::str(&t.secret_hash))
             })?;

@@ -42,7 +42,10 @@ fn bootstrap_runs_once_even_after_every_other_token_is_gone() {
     assert!(v.acl_bootstrapped());
     let root = v.acl_token("root").unwrap();
     assert_eq!((root.create_index, root.modify_index), (5, 5));
-    assert_eq!(v.acl_token_by_secret_hash(&hash(1)).unwrap().accessor_id, root.accessor_id);
+    assert_eq!(
+        v.acl_token_by_secret_hash(&hash(1)).unwrap().accessor_id,
+        root.accessor_id
+    );
     assert_eq!(v.table_index(Table::AclTokens), 5);
     refused(
         &store,
@@ -124,7 +127,10 @@ fn created_tokens_are_unique_by_accessor_and_by_secret_and_atomic() {
         "AclSecretInUse",
     );
     assert!(!err.to_string().contains(&hash(1)), "the hash is not shown");
-    assert!(store.snapshot().view().acl_token("dash").is_none(), "atomic");
+    assert!(
+        store.snapshot().view().acl_token("dash").is_none(),
+        "atomic"
+    );
     refused(
         &store,
         6,
@@ -146,7 +152,11 @@ fn created_tokens_are_unique_by_accessor_and_by_secret_and_atomic() {
         )
         .unwrap();
     let sched = store.snapshot().view().acl_token("sched").unwrap();
-    assert_eq!(sched.scopes, vec![AclScope::Read, AclScope::Write], "sorted, once");
+    assert_eq!(
+        sched.scopes,
+        vec![AclScope::Read, AclScope::Write],
+        "sorted, once"
+    );
     assert!(sched.allows(AclScope::Write) && !sched.allows(AclScope::Operator));
 }
 

@@ -101,6 +101,12 @@ impl Agent {
                  (no cluster key); serving loopback only. Never run --dev on a network."
             );
         }
+        if !config.acl {
+            tracing::warn!(
+                "ACL OFF: INSECURE — every API request on {addr} is served without a token \
+                 (loopback only). Never run without ACL on a network."
+            );
+        }
         let transport = HttpTransport::new(config.cluster_key.clone())?;
         let server = Server::open(config.id, &config.data, options, transport).await?;
         tracing::info!(
@@ -116,7 +122,7 @@ impl Agent {
             server: server.clone(),
             events,
             metrics: metrics.clone(),
-            token: config.token.clone(),
+            acl: config.acl,
             cluster_key: config.cluster_key.clone(),
             dev: config.dev,
             gates: Gates::new(&config.limits),
@@ -328,16 +334,13 @@ async fn bootstrap(server: Server, config: AgentConfig, mut stopping: watch::Rec
             if *id == config.id {
                 continue;
             }
-            let mut req = http.get(format!("http://{addr}/v1/agent/self"));
-            if let Some(t) = &config.token {
-                req = req.bearer_auth(t);
-            }
+            let req = http.get(format!("http://{addr}/v1/agent/health"));
             let answer = match req.send().await {
                 Ok(r) if r.status().is_success() => r.bytes().await.ok(),
                 _ => None,
             };
-            match answer.and_then(|b| serde_json::from_slice::<crate::api::AgentSelf>(&b).ok()) {
-                Some(peer) if !peer.fresh => {
+            match answer.and_then(|b| serde_json::from_slice::<crate::api::AgentHealth>(&b).ok()) {
+                Some(peer) if !peer.server.fresh => {
                     tracing::info!(peer = id, "a peer has state: waiting to be contacted");
                     return;
                 }

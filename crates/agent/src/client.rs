@@ -9,8 +9,9 @@ use schedstate::state::Command;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    AgentSelf, ErrorBody, INDEX_HEADER, PeerChange, PeerChangeDone, PluginListStub,
-    RaftConfiguration, WriteResponse,
+    AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, AgentSelf, ErrorBody,
+    INDEX_HEADER, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration, TOKEN_HEADER,
+    WriteResponse,
 };
 
 /// Why a request to an agent failed.
@@ -134,6 +135,15 @@ impl ReadOptions {
     }
 }
 
+/// The TLS files a client presents and trusts for `https://` agents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// The CA certificate (PEM) the agents' certificates are checked against.
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// A client certificate and its key (PEM), for agents that require one.
+    pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
 /// A read's value and the index it reflects.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Indexed<T> {
@@ -200,11 +210,31 @@ fn path_segment(s: &str) -> String {
 
 impl Client {
     /// A client of the agent at `address` (`http://host:port`; a bare `host:port`
-    /// means http), sending `token` as a bearer token when given.
+    /// means http), sending `token` (an ACL token's secret) in `X-Schedstate-Token`
+    /// when given.
     ///
     /// # Errors
     /// [`ClientError::BadAddress`]: not an http URL.
     pub fn new(address: &str, token: Option<String>) -> Result<Client, ClientError> {
+        Client::with_tls(address, token, None)
+    }
+
+    /// A client of the agent at `address`, `http://` or `https://` (then checked
+    /// against `tls`'s CA, presenting its client certificate if any).
+    ///
+    /// # Errors
+    /// [`ClientError::BadAddress`]: not an http(s) URL, unreadable TLS files.
+    pub fn with_tls(
+        address: &str,
+        token: Option<String>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Client, ClientError> {
+        if tls.is_some() {
+            return Err(ClientError::BadAddress {
+                address: address.to_string(),
+                reason: "TLS is not available in this build".into(),
+            });
+        }
         let bad = |reason: &str| ClientError::BadAddress {
             address: address.to_string(),
             reason: reason.to_string(),
@@ -242,7 +272,7 @@ impl Client {
             .request(method, format!("{}{path}", self.base))
             .timeout(request_timeout(None));
         if let Some(t) = &self.token {
-            r = r.bearer_auth(t);
+            r = r.header(TOKEN_HEADER, t);
         }
         r
     }
@@ -579,5 +609,84 @@ impl Client {
             url,
             reason: e.to_string(),
         })
+    }
+
+    /// `GET /v1/agent/health` (no token needed).
+    pub async fn health(&self) -> Result<AgentHealth, ClientError> {
+        let r = self
+            .get_list::<AgentHealth>("/v1/agent/health", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `POST /v1/acl/bootstrap`: the cluster's first management token, with its
+    /// secret — once per cluster (409 `AclAlreadyBootstrapped` after). `secret`
+    /// chooses the secret instead of a random one.
+    pub async fn acl_bootstrap(&self, secret: Option<&str>) -> Result<AclTokenView, ClientError> {
+        let request = AclBootstrapRequest {
+            bootstrap_secret: secret.map(str::to_string),
+        };
+        let body = serde_json::to_vec(&request).map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        self.post_json("/v1/acl/bootstrap", body, None).await
+    }
+
+    /// `POST /v1/acl/token`: a new token, with its secret (shown this once).
+    pub async fn acl_create_token(
+        &self,
+        request: &AclTokenRequest,
+    ) -> Result<AclTokenView, ClientError> {
+        let body = serde_json::to_vec(request).map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        self.post_json("/v1/acl/token", body, None).await
+    }
+
+    /// `GET /v1/acl/tokens`: every token, without secrets.
+    pub async fn acl_tokens(&self) -> Result<Vec<AclTokenView>, ClientError> {
+        let r = self
+            .get_list::<Vec<AclTokenView>>("/v1/acl/tokens", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `GET /v1/acl/token/self`: the token this client sends.
+    pub async fn acl_token_self(&self) -> Result<AclTokenView, ClientError> {
+        let r = self
+            .get_list::<AclTokenView>("/v1/acl/token/self", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `GET /v1/acl/token/<accessor>`.
+    pub async fn acl_token(&self, accessor: &str) -> Result<AclTokenView, ClientError> {
+        let path = format!("/v1/acl/token/{}", path_segment(accessor));
+        let r = self
+            .get::<AclTokenView>(&path, &[], ReadOptions::default())
+            .await?;
+        r.value.ok_or_else(|| ClientError::Api {
+            url: format!("{}{path}", self.base),
+            status: 404,
+            kind: "AclTokenNotFound".into(),
+            message: format!("no ACL token {accessor:?}"),
+            index: None,
+        })
+    }
+
+    /// `DELETE /v1/acl/token/<accessor>`: revokes a token; answers the index of the
+    /// revocation.
+    pub async fn acl_revoke(&self, accessor: &str) -> Result<u64, ClientError> {
+        let path = format!("/v1/acl/token/{}", path_segment(accessor));
+        let (resp, url) = self
+            .send(self.request(reqwest::Method::DELETE, &path))
+            .await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        let w: WriteResponse = Self::body(resp, &url).await?;
+        Ok(w.index)
     }
 }

@@ -48,9 +48,9 @@ pub enum ConfigError {
     /// `--dev` on an address other machines can reach.
     #[error("--dev is insecure and serves loopback only; {0} is not a loopback address")]
     DevNotLoopback(SocketAddr),
-    /// An empty token would turn authentication off without saying so.
-    #[error("the token is empty: give a token, or none at all")]
-    EmptyToken,
+    /// ACL off on an address other machines can reach.
+    #[error("ACL is off only on loopback (--dev); {0} is not a loopback address")]
+    AclOffNotLoopback(SocketAddr),
     /// A limit of zero would refuse everything.
     #[error("the limit {0} must be above zero")]
     ZeroLimit(&'static str),
@@ -115,9 +115,10 @@ pub struct AgentConfig {
     /// server is what the others dial; with `bind` on port 0 it is replaced by the
     /// bound address.
     pub peers: Peers,
-    /// When set, every API request must carry `Authorization: Bearer <token>`. A client
-    /// credential only: servers authenticate each other with the cluster key.
-    pub token: Option<String>,
+    /// Whether API requests need an ACL token (on by default; off only on loopback,
+    /// as `--dev` does). Client credentials only: servers authenticate each other with
+    /// the cluster key.
+    pub acl: bool,
     /// The key every server of the cluster holds; Raft RPCs without its MAC are
     /// refused. Required when the peers list more than this server, unless `dev`.
     pub cluster_key: Option<ClusterKey>,
@@ -137,7 +138,7 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// A configuration with the defaults: no token, 10,000 writes kept for the event
+    /// A configuration with the defaults: ACL on, 10,000 writes kept for the event
     /// stream, heartbeats every 10 s, blocking queries up to 5 minutes (Nomad's
     /// defaults for the last two).
     pub fn new(id: u64, bind: SocketAddr, data: PathBuf, peers: Peers) -> Self {
@@ -146,7 +147,7 @@ impl AgentConfig {
             bind,
             data,
             peers,
-            token: None,
+            acl: true,
             cluster_key: None,
             dev: false,
             limits: Limits::default(),
@@ -163,8 +164,8 @@ impl AgentConfig {
     /// # Errors
     /// [`ConfigError`].
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.token.as_deref() == Some("") {
-            return Err(ConfigError::EmptyToken);
+        if !self.acl && !self.bind.ip().is_loopback() {
+            return Err(ConfigError::AclOffNotLoopback(self.bind));
         }
         if self.dev && !self.bind.ip().is_loopback() {
             return Err(ConfigError::DevNotLoopback(self.bind));

@@ -43,7 +43,7 @@ mod service;
 mod transport;
 
 pub use agent::{Agent, AgentError};
-pub use client::{Client, ClientError, Indexed, ReadOptions};
+pub use client::{Client, ClientError, ClientTls, Indexed, ReadOptions};
 pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_BYTES};
 pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;

@@ -37,6 +37,11 @@ pub struct Metrics {
     pub raft_rpcs_refused: Counter,
     /// Connections closed on accept: over the per-client or total limit.
     pub connections_refused: Counter,
+    /// API requests refused for their token (none, unknown, expired, wrong scope).
+    pub requests_unauthorized: Counter,
+    /// TLS handshakes that failed (bad or missing certificates, plain HTTP on a TLS
+    /// port).
+    pub tls_handshakes_failed: Counter,
     // Read at scrape time.
     log_appends: Counter,
     log_entries: Counter,
@@ -64,6 +69,8 @@ impl Metrics {
             event_streams: Gauge::default(),
             raft_rpcs_refused: Counter::default(),
             connections_refused: Counter::default(),
+            requests_unauthorized: Counter::default(),
+            tls_handshakes_failed: Counter::default(),
             log_appends: Counter::default(),
             log_entries: Counter::default(),
             log_fsyncs: Counter::default(),
@@ -124,6 +131,16 @@ impl Metrics {
             "connections_refused",
             "Connections closed on accept (over the per-client or total limit)",
             m.connections_refused.clone(),
+        );
+        r.register(
+            "requests_unauthorized",
+            "API requests refused for their token (none, unknown, expired, wrong scope)",
+            m.requests_unauthorized.clone(),
+        );
+        r.register(
+            "tls_handshakes_failed",
+            "TLS handshakes that failed",
+            m.tls_handshakes_failed.clone(),
         );
         r.register(
             "raft_log_appends",

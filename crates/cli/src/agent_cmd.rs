@@ -30,17 +30,14 @@ pub struct AgentArgs {
     /// this server alone.
     #[arg(long)]
     pub peers: Option<Peers>,
-    /// Require `Authorization: Bearer <token>` (or `X-Nomad-Token`) on every API
-    /// request. A client credential only: servers prove themselves with the cluster key.
-    #[arg(long, env = "SCHEDSTATE_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
     /// The file holding the cluster key every server of the cluster is given (mode
     /// 0600; `schedstate keygen FILE` makes one). Raft RPCs without its MAC are
     /// refused. Required with more than one server, unless --dev.
     #[arg(long, value_name = "FILE", env = "SCHEDSTATE_CLUSTER_KEY_FILE")]
     pub cluster_key_file: Option<PathBuf>,
-    /// INSECURE development mode: several servers without a cluster key, so anyone who
-    /// can reach the port can send Raft RPCs. Refuses any non-loopback --bind.
+    /// INSECURE development mode: ACL off (every API request served without a token)
+    /// and several servers allowed without a cluster key, so anyone who can reach the
+    /// port can read, write and send Raft RPCs. Refuses any non-loopback --bind.
     #[arg(long)]
     pub dev: bool,
     /// Open connections allowed from one IP address.
@@ -107,9 +104,8 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
             .map_err(|e| err(format!("{e}")))?,
     };
     let mut config = AgentConfig::new(args.id, args.bind, args.data, peers);
-    // An empty token is refused by the configuration, never taken as "no token".
-    config.token = args.token;
     config.dev = args.dev;
+    config.acl = !args.dev;
     if let Some(file) = &args.cluster_key_file {
         config.cluster_key = Some(ClusterKey::from_file(file).map_err(|e| err(e.to_string()))?);
     }

@@ -230,19 +230,23 @@ pub struct Remote {
 
 impl Remote {
     /// Connects to the agents at `addresses`, waits for a leader, and copies its state.
-    pub fn connect(addresses: &[String]) -> Result<Remote, CliError> {
+    /// The management token is read from `token_file`; on a new cluster the ACL is
+    /// bootstrapped first and the token written there (mode 0600).
+    pub fn connect(addresses: &[String], token_file: &Path) -> Result<Remote, CliError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| err(format!("runtime: {e}")))?;
-        let clients = addresses
-            .iter()
-            .map(|a| Client::new(a, None))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err(e.to_string()))?;
+        let clients = |token: Option<String>| {
+            addresses
+                .iter()
+                .map(|a| Client::new(a, token.clone()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| err(e.to_string()))
+        };
         let mut r = Remote {
             rt,
-            clients,
+            clients: clients(None)?,
             leader: 0,
             mirror: StateStore::new(),
             acked: 0,
@@ -250,6 +254,33 @@ impl Remote {
             last_outage: None,
         };
         r.find_leader()?;
+        let token = if token_file.exists() {
+            crate::connect::read_token_file(token_file)?
+        } else {
+            let start = Instant::now();
+            let root = loop {
+                match r.rt.block_on(r.clients[r.leader].acl_bootstrap(None)) {
+                    Ok(root) => break root,
+                    // An election under way: find the leader again.
+                    Err(e) if e.status().is_none_or(|s| s >= 500) && start.elapsed() < PATIENCE => {
+                        std::thread::sleep(Duration::from_millis(100));
+                        r.find_leader()?;
+                    }
+                    Err(e) => {
+                        return Err(err(format!(
+                            "bootstrapping the ACL: {e} (the token file {} is missing; --fresh starts over)",
+                            token_file.display()
+                        )));
+                    }
+                }
+            };
+            let secret = root
+                .secret_id
+                .ok_or_else(|| err("the bootstrap answer carried no secret"))?;
+            crate::acl_cmd::write_secret(token_file, &secret)?;
+            secret
+        };
+        r.clients = clients(Some(token))?;
         r.resync()?;
         Ok(r)
     }
@@ -266,7 +297,7 @@ impl Remote {
                     .clients
                     .iter()
                     .position(|c| c.address().ends_with(&addr))
-                    && self.rt.block_on(self.clients[i].agent_self()).is_ok()
+                    && self.rt.block_on(self.clients[i].health()).is_ok()
                 {
                     self.leader = i;
                     return Ok(i);

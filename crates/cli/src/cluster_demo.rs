@@ -106,7 +106,7 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
         args.seconds,
         args.seed
     ));
-    let remote = Remote::connect(&addresses)?;
+    let remote = Remote::connect(&addresses, &dir.join("management.token"))?;
     let leader = remote.leader;
     say(&format!(
         "  leader: agent {} at {}; resuming after index {}",
@@ -313,9 +313,13 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
     for i in 0..n {
         text.push_str(&format!("  {} &\n", agents.command_line(&run, i)));
     }
+    let token = dir.join("management.token");
     text.push_str(&format!(
-        "  {run} plugin status --address {}\n  curl '{}/v1/plugins?pretty'\n",
-        addresses[0], addresses[0]
+        "  {run} plugin status --address {} --token-file {}\n  curl -H \"X-Nomad-Token: $(cat {})\" '{}/v1/plugins?pretty'\n",
+        addresses[0],
+        token.display(),
+        token.display(),
+        addresses[0]
     ));
     emit(&text)
 }

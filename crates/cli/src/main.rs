@@ -10,10 +10,12 @@
 //! one line on stderr (`error: …`) and exit code 1; usage errors are clap's (exit
 //! code 2).
 
+mod acl_cmd;
 mod agent_cmd;
 mod agents;
 mod catalog;
 mod cluster_demo;
+mod connect;
 mod demo;
 mod inspect;
 mod operator_cmd;
@@ -78,6 +80,12 @@ enum Top {
         #[command(subcommand)]
         command: operator_cmd::OperatorCmd,
     },
+    /// ACL tokens: bootstrap a cluster once, then create, list, show and revoke
+    /// tokens, through any agent.
+    Acl {
+        #[command(subcommand)]
+        command: acl_cmd::AclCmd,
+    },
     /// Write a new random cluster key to FILE (mode 0600, never overwriting), to give
     /// every server of a cluster with --cluster-key-file.
     Keygen(agent_cmd::KeygenArgs),
@@ -127,6 +135,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Top::Agent(args) => agent_cmd::run(args),
         Top::Keygen(args) => agent_cmd::keygen(&args),
         Top::Operator { command } => operator_cmd::run(command),
+        Top::Acl { command } => acl_cmd::run(command),
         Top::Inspect(args) => inspect::run(&args),
         Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),

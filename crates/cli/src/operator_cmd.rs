@@ -6,6 +6,8 @@
 
 use clap::{Args, Subcommand};
 use schedstate_agent::Client;
+
+use crate::connect::Credentials;
 use schedstate_agent::api::{PeerChange, PeerChangeDone};
 
 use crate::output::{CliError, err};
@@ -64,18 +66,13 @@ pub struct AgentArgs {
         default_value = "http://127.0.0.1:4646"
     )]
     pub address: String,
-    /// Bearer token sent to the agent.
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "SCHEDSTATE_TOKEN",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
+    /// The token (operator scope) and TLS files.
+    #[command(flatten)]
+    pub creds: Credentials,
 }
 
 fn client(a: &AgentArgs) -> Result<Client, CliError> {
-    Client::new(&a.address, a.token.clone()).map_err(|e| agent_error(&a.address, &e))
+    a.creds.client(&a.address)
 }
 
 /// `operator`.

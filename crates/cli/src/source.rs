@@ -1,6 +1,6 @@
 //! Where `plugin status`, `volume status` and `node status` read from: a data
 //! directory (`--data`, loaded read-only as one snapshot) or a running agent over its
-//! HTTP API (`--address`, with `--token`). Both answer in the API's shapes, so the
+//! HTTP API (`--address`, with `--token-file` or `SCHEDSTATE_TOKEN`). Both answer in the API's shapes, so the
 //! commands render the same output from either.
 
 use std::future::Future;
@@ -14,13 +14,14 @@ use schedstate::state::{StateSnapshot, StateView};
 use schedstate_agent::api::PluginListStub;
 use schedstate_agent::{Client, ClientError, ReadOptions};
 
+use crate::connect::Credentials;
 use crate::output::{CliError, err, open_read};
 
 /// The data directory read when neither `--data` nor `--address` is given.
 pub const DEFAULT_DATA_DIR: &str = "./schedstate-data";
 
 /// Where a status command reads from: `--data DIR` or `--address URL` (with
-/// `--token`).
+/// its credentials).
 ///
 /// The two conflict, but not through clap's `conflicts_with`: clap counts a value
 /// from the environment as given, so `SCHEDSTATE_ADDR` would make every `--data` a
@@ -41,14 +42,9 @@ pub struct SourceArgs {
         env = "SCHEDSTATE_ADDR"
     )]
     pub address: Option<String>,
-    /// Bearer token sent to the agent (with --address).
-    #[arg(
-        long,
-        value_name = "SECRET",
-        env = "SCHEDSTATE_TOKEN",
-        hide_env_values = true
-    )]
-    pub token: Option<String>,
+    /// The token and TLS files for the agent (with --address).
+    #[command(flatten)]
+    pub creds: Credentials,
 }
 
 /// The clap id of `--data` in [`SourceArgs`].
@@ -164,8 +160,7 @@ impl Source {
                 Ok(Source::Local(store.snapshot()))
             }
             Target::Agent(address) => {
-                let client = Client::new(&address, args.token.clone())
-                    .map_err(|e| agent_error(&address, &e))?;
+                let client = args.creds.client(&address)?;
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -298,7 +293,7 @@ mod tests {
         SourceArgs {
             data: data.map(PathBuf::from),
             address: address.map(str::to_string),
-            token: None,
+            creds: Credentials::default(),
         }
     }
 

@@ -1,25 +1,28 @@
-//! Who may call, checked in front of every API route (the Raft route checks the
+//! Who may call, as layers in front of the API routes (the Raft route checks the
 //! cluster key itself, see `raft_rpc.rs`):
 //!
-//! - a server whose Raft stopped for good refuses everything (503 `Stopped`): it must
-//!   not look alive to a load balancer or a client;
-//! - a request a web browser sends for a page of another site — or for a site whose
-//!   name was pointed at this server (DNS rebinding) — is refused (403
+//! - [`guard`], on every API route: a server whose Raft stopped for good refuses
+//!   everything (503 `Stopped`): it must not look alive to a load balancer or a
+//!   client; a request a web browser sends for a page of another site — or for a site
+//!   whose name was pointed at this server (DNS rebinding) — is refused (403
 //!   `CrossOrigin`): browsers mark their requests with `Origin` or `Sec-Fetch-Site`,
 //!   other clients send neither, so scripts and libraries are not affected;
-//! - with `--token`, a request without `Authorization: Bearer <token>` is 401, with
-//!   another token 403. The comparison is on SHA-256 digests in constant time, so
-//!   neither the token nor its length leaks through timing.
+//! - [`require`], per group of routes: the ACL token the request carries
+//!   (`X-Schedstate-Token`, `X-Nomad-Token` or `Authorization: Bearer`, the scheme in
+//!   any case) must be valid and hold the group's scope — 401 without one or with one
+//!   no server knows, 403 with the wrong scope ([`Service::authorize`]). The caller
+//!   is left in the request's extensions for the handlers that need it.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use schedstate::model::AclScope;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::api::TOKEN_HEADER;
+use crate::service::AuthError;
 
 pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(why) = st.fatal.get() {
@@ -33,47 +36,64 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
     if let Err(e) = same_origin(req.headers()) {
         return e.into_response();
     }
-    if let Some(expected) = &st.token
-        && let Err(e) = check_token(req.headers(), expected)
-    {
-        return e.into_response();
-    }
     next.run(req).await
 }
 
-/// The token a request carries: `Authorization: Bearer <t>` (the scheme in any case,
-/// as RFC 9110 says) or Nomad's `X-Nomad-Token: <t>`.
-pub(crate) fn given_token(headers: &HeaderMap) -> Option<&str> {
-    if let Some(v) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    {
-        let (scheme, rest) = v.split_once(' ')?;
-        return scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| rest.trim_start());
-    }
-    headers.get("X-Nomad-Token").and_then(|v| v.to_str().ok())
+/// What a group of routes needs: a valid token with a scope, or any valid token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// A token holding the scope.
+    Scope(AclScope),
+    /// Any valid token (`/v1/acl/token/self`).
+    AnyToken,
 }
 
-fn check_token(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
-    let Some(given) = given_token(headers) else {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "Unauthorized",
-            "this agent needs a token: send Authorization: Bearer <token>",
-        ));
+/// The layer of a group of routes: `from_fn_with_state((st, need), require)`.
+pub(crate) async fn require(
+    State((st, need)): State<(AppState, Need)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let scope = match need {
+        Need::Scope(s) => Some(s),
+        Need::AnyToken => None,
     };
-    let (g, e) = (Sha256::digest(given), Sha256::digest(expected));
-    if bool::from(g.ct_eq(&e)) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            "the token is not this agent's",
-        ))
+    match st.authorize(given_token(req.headers()), scope) {
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => {
+            st.metrics.requests_unauthorized.inc();
+            ApiError::from(e).into_response()
+        }
     }
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        let status = match e {
+            AuthError::Denied { .. } => StatusCode::FORBIDDEN,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        ApiError::new(status, e.kind(), e.to_string())
+    }
+}
+
+/// The token a request carries: `X-Schedstate-Token`, Nomad's `X-Nomad-Token`, or
+/// `Authorization: Bearer <t>` (the scheme in any case, as RFC 9110 says), first
+/// found in that order.
+pub(crate) fn given_token(headers: &HeaderMap) -> Option<&str> {
+    for name in [TOKEN_HEADER, "X-Nomad-Token"] {
+        if let Some(v) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            return Some(v.trim());
+        }
+    }
+    let v = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())?;
+    let (scheme, rest) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
 }
 
 /// Whether `host` (a Host header or an Origin's authority) names this machine by
@@ -139,12 +159,13 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_read_from_either_header_in_any_case_of_the_scheme() {
+    fn tokens_are_read_from_any_of_the_three_headers_in_any_case_of_the_scheme() {
         for (k, v) in [
             ("authorization", "Bearer s3"),
             ("authorization", "bearer s3"),
             ("authorization", "BEARER  s3"),
             ("x-nomad-token", "s3"),
+            ("x-schedstate-token", "s3"),
         ] {
             assert_eq!(given_token(&headers(&[(k, v)])), Some("s3"), "{k}: {v}");
         }
@@ -152,17 +173,7 @@ mod tests {
             given_token(&headers(&[("authorization", "Basic s3")])),
             None
         );
-        assert!(check_token(&headers(&[("authorization", "Bearer s3")]), "s3").is_ok());
-        assert_eq!(
-            check_token(&headers(&[("authorization", "Bearer s")]), "s3")
-                .unwrap_err()
-                .status,
-            StatusCode::FORBIDDEN
-        );
-        assert_eq!(
-            check_token(&headers(&[]), "s3").unwrap_err().status,
-            StatusCode::UNAUTHORIZED
-        );
+        assert_eq!(given_token(&headers(&[])), None);
     }
 
     #[test]

@@ -108,6 +108,7 @@ async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
         header::AUTHORIZATION,
         header::CONTENT_TYPE,
         header::HeaderName::from_static("x-nomad-token"),
+        header::HeaderName::from_static("x-schedstate-token"),
     ] {
         if let Some(v) = parts.headers.get(&name) {
             out = out.header(name, v);

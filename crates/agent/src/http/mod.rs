@@ -5,7 +5,8 @@
 //! | file | what |
 //! |---|---|
 //! | `serve.rs` | the accept loop: connections per client and in all, header and idle timeouts |
-//! | `auth.rs` | in front of every API route: a stopped Raft, browsers from other sites, the token |
+//! | `auth.rs` | layers: a stopped Raft and browsers from other sites (every API route); the ACL token and its scope (per group of routes) |
+//! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
 //! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
 //! | `body.rs` | reading a body: content type, claimed and real size, budget, timeout |
 //! | `reads.rs` | `GET` of nodes, allocations, plugins, volumes — all blocking queries |
@@ -16,6 +17,7 @@
 //! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
 //! | `query.rs`, `error.rs` | strict query parameters; error answers |
 
+mod acl;
 mod auth;
 mod body;
 mod consistency;
@@ -40,6 +42,9 @@ use serde::Serialize;
 
 pub use error::ApiError;
 pub(crate) use serve::serve;
+
+use auth::Need;
+use schedstate::model::AclScope;
 
 use crate::api::{INDEX_HEADER, KNOWN_LEADER_HEADER, NOMAD_INDEX_HEADER};
 use crate::service::Service;
@@ -93,10 +98,13 @@ pub(crate) fn with_index(st: &Service, resp: &mut Response, index: u64) {
     );
 }
 
-/// The router: every route, the consistency layer on the reads, the auth layer on
-/// every API route; the Raft route checks the cluster key itself.
+/// The router: every route in groups by the scope they need (the `require` layer of
+/// each group), the consistency layer on the reads, the guard on every API route; the
+/// Raft route checks the cluster key itself.
 pub(crate) fn router(st: AppState) -> Router {
-    let reads = Router::new()
+    let need = |need: Need| from_fn_with_state((st.clone(), need), auth::require);
+    let consistent = || from_fn_with_state(st.clone(), consistency::consistent);
+    let read = Router::new()
         .route("/v1/nodes", get(reads::nodes))
         .route("/v1/node/{id}", get(reads::node))
         .route("/v1/node/{id}/allocations", get(reads::node_allocations))
@@ -105,14 +113,16 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/plugin/csi/{id}", get(reads::plugin))
         .route("/v1/volumes", get(reads::volumes))
         .route("/v1/volume/csi/{id}", get(reads::volume))
+        .route_layer(consistent())
+        .route("/v1/event/stream", get(stream::events))
+        .route_layer(need(Need::Scope(AclScope::Read)));
+    let write = Router::new()
+        .route("/v1/commands", post(writes::command))
+        .route_layer(need(Need::Scope(AclScope::Write)));
+    let operator = Router::new()
         .route("/v1/operator/snapshot", get(operator::snapshot))
         .route("/v1/operator/raft/peer", post(peers::change_peer))
-        .route_layer(from_fn_with_state(st.clone(), consistency::consistent));
-    let api = Router::new()
-        .merge(reads)
-        .route("/v1/commands", post(writes::command))
-        .route("/v1/event/stream", get(stream::events))
-        .route("/v1/status/leader", get(operator::leader))
+        .route_layer(consistent())
         .route("/v1/status/peers", get(operator::peers))
         .route(
             "/v1/operator/raft/configuration",
@@ -120,9 +130,34 @@ pub(crate) fn router(st: AppState) -> Router {
         )
         .route("/v1/metrics", get(operator::metrics))
         .route("/v1/agent/self", get(operator::agent_self))
+        .route_layer(need(Need::Scope(AclScope::Operator)));
+    let management = Router::new()
+        .route("/v1/acl/tokens", get(acl::list))
+        .route("/v1/acl/token", post(acl::create))
+        .route(
+            "/v1/acl/token/{accessor}",
+            get(acl::read).delete(acl::revoke),
+        )
+        .route_layer(need(Need::Scope(AclScope::Management)));
+    let any_token = Router::new()
+        .route("/v1/acl/token/self", get(acl::own))
+        .route_layer(need(Need::AnyToken));
+    // Without a token: what a load balancer, a bootstrapping peer and the one-time ACL
+    // bootstrap need, and nothing of the state.
+    let public = Router::new()
+        .route("/v1/status/leader", get(operator::leader))
+        .route("/v1/agent/health", get(operator::health))
+        .route("/v1/acl/bootstrap", post(acl::bootstrap));
+    let api = Router::new()
+        .merge(read)
+        .merge(write)
+        .merge(operator)
+        .merge(management)
+        .merge(any_token)
+        .merge(public)
         .fallback(not_found)
         .layer(from_fn_with_state(st.clone(), auth::guard));
-    // The servers' route answers to the cluster key, not to the client token.
+    // The servers' route answers to the cluster key, not to a client token.
     Router::new()
         .route(crate::transport::RAFT_RPC_PATH, post(raft_rpc::raft_rpc))
         .merge(api)

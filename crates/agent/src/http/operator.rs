@@ -158,3 +158,22 @@ pub(crate) async fn agent_self(State(st): State<AppState>) -> Response {
     let me = st.agent_self();
     json(&st, StatusCode::OK, me.last_applied, &me, false)
 }
+
+/// `GET /v1/agent/health` (no token): the server answers; whether it is fresh, for
+/// the peers forming a new cluster.
+pub(crate) async fn health(State(st): State<AppState>) -> Response {
+    let health = crate::api::AgentHealth {
+        server: crate::api::HealthStatus {
+            ok: true,
+            message: "ok".into(),
+            fresh: st.is_fresh(),
+        },
+    };
+    json(
+        &st,
+        StatusCode::OK,
+        st.server.last_applied(),
+        &health,
+        false,
+    )
+}

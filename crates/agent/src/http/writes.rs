@@ -57,20 +57,43 @@ pub(crate) async fn command(
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
+    if command.is_acl() {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "PermissionDenied",
+            "ACL tokens are managed through /v1/acl/ with a management token, not written as commands",
+        )
+        .into_response();
+    }
+    match commit(&st, command).await {
+        Ok(index) => json(
+            &st,
+            StatusCode::OK,
+            index,
+            &WriteResponse { index },
+            p.pretty,
+        ),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Proposes `command` (forwarded to the leader from a follower) and answers its index
+/// once it committed and this server applied it — so a `?stale` read here right after
+/// sees it. Shared by the command route and the ACL routes.
+pub(crate) async fn commit(st: &Service, command: Command) -> Result<u64, ApiError> {
     if st.server.leader().is_none() && st.server.wait_for_leader(LEADER_WAIT).await.is_err() {
-        return ApiError::no_leader().into_response();
+        return Err(ApiError::no_leader());
     }
     let kind = command.kind();
     let proposed = tokio::time::timeout(COMMIT_WAIT, st.server.propose_or_forward(command)).await;
     let Ok(proposed) = proposed else {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Unavailable",
             format!(
                 "not committed within {COMMIT_WAIT:?} (no quorum?); the outcome is unknown: read before retrying"
             ),
-        )
-        .into_response();
+        ));
     };
     match proposed {
         Ok(committed) => {
@@ -82,15 +105,7 @@ pub(crate) async fn command(
             {
                 tracing::warn!(index = committed.index, error = %e, "committed but not yet applied here");
             }
-            json(
-                &st,
-                StatusCode::OK,
-                committed.index,
-                &WriteResponse {
-                    index: committed.index,
-                },
-                p.pretty,
-            )
+            Ok(committed.index)
         }
         Err(e) => {
             let e = ApiError::from(e);
@@ -102,7 +117,7 @@ pub(crate) async fn command(
                     "command refused"
                 );
             }
-            e.into_response()
+            Err(e)
         }
     }
 }

@@ -3,6 +3,7 @@
 //! much they may ask for ([`Gates`]). Handlers are thin adapters over it: they parse a
 //! request, ask the service, and present the answer.
 
+mod acl;
 mod gates;
 
 use std::sync::{Arc, OnceLock};
@@ -11,6 +12,7 @@ use std::time::Duration;
 use schedstate_raft::Server;
 use tokio::sync::watch;
 
+pub(crate) use acl::{AuthError, Caller, hash_secret, new_uuid, unix_now};
 pub(crate) use gates::{BodyPermit, Gates};
 
 use crate::api::AgentSelf;
@@ -24,8 +26,8 @@ pub(crate) struct Service {
     pub server: Server,
     pub events: Arc<EventBuffer>,
     pub metrics: Arc<Metrics>,
-    /// The client token (`--token`), if any.
-    pub token: Option<String>,
+    /// Whether requests need an ACL token (off only in `--dev`).
+    pub acl: bool,
     /// The servers' key; `None` refuses every Raft RPC unless `dev`.
     pub cluster_key: Option<ClusterKey>,
     /// Raft RPCs accepted without a key (loopback only, by configuration).

@@ -46,7 +46,7 @@ async fn status_of_head(to: SocketAddr, head: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raft_rpcs_without_the_cluster_key_are_refused_and_the_cluster_writes_on() {
-    let agents = Agents::start(3, Some("client-token")).await;
+    let agents = Agents::start(3, Some("client-token-0123456789")).await;
     let leader = agents.wait_leader().await;
     let follower = (leader + 1) % 3;
     let before = state_bytes(&agents, follower).await;
@@ -69,7 +69,9 @@ async fn raft_rpcs_without_the_cluster_key_are_refused_and_the_cluster_writes_on
         ),
         (
             "the client token",
-            rpc().bearer_auth("client-token").body(body.clone()),
+            rpc()
+                .bearer_auth("client-token-0123456789")
+                .body(body.clone()),
             401,
             "Unauthorized",
         ),
@@ -197,11 +199,13 @@ async fn a_cluster_without_a_key_and_dev_on_a_network_address_do_not_start() {
     dev.bind = "0.0.0.0:4646".parse().unwrap();
     let e = dev.validate().unwrap_err().to_string();
     assert!(e.contains("loopback"), "{e}");
-    let mut empty = config.clone();
-    empty.cluster_key = Some(cluster_key());
-    empty.token = Some(String::new());
-    let e = empty.validate().unwrap_err().to_string();
-    assert!(e.contains("token is empty"), "{e}");
+    let mut open = config.clone();
+    open.cluster_key = Some(cluster_key());
+    open.acl = false;
+    open.validate().expect("ACL off on loopback");
+    open.bind = "0.0.0.0:4646".parse().unwrap();
+    let e = open.validate().unwrap_err().to_string();
+    assert!(e.contains("ACL is off only on loopback"), "{e}");
     assert!(
         schedstate_agent::Agent::start(config).await.is_err(),
         "the agent refuses to start as validate() does"

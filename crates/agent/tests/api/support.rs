@@ -55,14 +55,17 @@ impl Agents {
             self.dir.path().join(format!("a{}", i + 1)),
             self.peers(),
         );
-        c.token = self.token.clone();
+        // ACL off (loopback only) unless the cluster is made with a token, which is
+        // then its bootstrap secret.
+        c.acl = self.token.is_some();
         c.cluster_key = Some(cluster_key());
         c.event_heartbeat = Duration::from_millis(200);
         c.event_buffer = 64;
         c
     }
 
-    /// Starts `n` agents and waits for a leader.
+    /// Starts `n` agents and waits for a leader; with a `token`, bootstraps ACL with it
+    /// as the management token's secret (16+ characters).
     pub async fn start(n: usize, token: Option<&str>) -> Agents {
         Agents::start_with(n, token, |_| {}).await
     }
@@ -86,7 +89,16 @@ impl Agents {
             let agent = Agent::start(config).await.expect("agent starts");
             a.agents.push(Some(agent));
         }
-        a.wait_leader().await;
+        let leader = a.wait_leader().await;
+        if let Some(secret) = &a.token {
+            let root = a
+                .client(leader)
+                .acl_bootstrap(Some(secret))
+                .await
+                .expect("ACL bootstrap");
+            assert_eq!(root.secret_id.as_deref(), Some(secret.as_str()));
+            a.wait_applied_everywhere().await;
+        }
         a
     }
 
@@ -100,6 +112,22 @@ impl Agents {
 
     pub fn url(&self, i: usize, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.ports[i])
+    }
+
+    /// Waits until every running agent applied what the leader applied.
+    pub async fn wait_applied_everywhere(&self) {
+        let leader = self.wait_leader().await;
+        let index = self.agents[leader]
+            .as_ref()
+            .expect("leader")
+            .server()
+            .last_applied();
+        for a in self.agents.iter().flatten() {
+            a.server()
+                .wait_applied(index, DEADLINE)
+                .await
+                .expect("applied everywhere");
+        }
     }
 
     /// Waits until every running agent knows the same leader; returns its position.

@@ -84,7 +84,13 @@ impl ProcCluster {
             let p = c.spawn(i);
             c.procs.push(Some(p));
         }
-        c.wait_leader().await;
+        let leader = c.wait_leader().await;
+        if let Some(secret) = &c.token {
+            c.client(leader)
+                .acl_bootstrap(Some(secret))
+                .await
+                .unwrap_or_else(|e| panic!("ACL bootstrap: {e}\n{}", c.logs()));
+        }
         c
     }
 
@@ -131,8 +137,10 @@ impl ProcCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);
-        if let Some(t) = &self.token {
-            cmd.args(["--token", t]);
+        // Without a token the cluster runs --dev (ACL off); with one, ACL is on and
+        // the token is its bootstrap secret.
+        if self.token.is_none() {
+            cmd.arg("--dev");
         }
         AgentProc(cmd.spawn().expect("spawn schedstate agent"))
     }

@@ -265,6 +265,10 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = schedstate();
     cmd.env_remove("SCHEDSTATE_ADDR")
         .env_remove("SCHEDSTATE_TOKEN")
+        .env_remove("SCHEDSTATE_TOKEN_FILE")
+        .env_remove("SCHEDSTATE_CACERT")
+        .env_remove("SCHEDSTATE_CLIENT_CERT")
+        .env_remove("SCHEDSTATE_CLIENT_KEY")
         .args(args)
         .envs(env.iter().copied());
     let out = cmd.output().expect("runs");
@@ -346,47 +350,87 @@ fn status_commands_print_the_same_from_the_agent_as_from_a_directory() {
 }
 
 #[test]
-fn the_token_is_sent_from_the_flag_or_the_environment_and_checked() {
+fn the_token_is_read_from_a_file_or_the_environment_never_the_command_line() {
+    const SECRET: &str = "s3cret-1-of-the-remote-tests";
     let commands = commands();
-    let (agent, dir) = agent_and_dir(Some("s3cret-1"), &commands);
+    let (agent, dir) = agent_and_dir(Some(SECRET), &commands);
     let address = agent.address(0);
     let a = &address;
-    // The right token, from the flag or from the environment.
-    let flag = run(
-        &["plugin", "status", "--address", a, "--token", "s3cret-1"],
+    let files = tempfile::tempdir().expect("temp dir");
+    let token_file = files.path().join("token");
+    std::fs::write(&token_file, format!("{SECRET}\n")).expect("token file");
+    let token_arg = token_file.to_str().expect("utf-8 path");
+    // The right token, from a file or from the environment.
+    let file = run(
+        &[
+            "plugin",
+            "status",
+            "--address",
+            a,
+            "--token-file",
+            token_arg,
+        ],
         &[],
     );
-    assert_eq!(flag, local(&["plugin", "status"], &dir));
+    assert_eq!(file, local(&["plugin", "status"], &dir));
     let env = run(
         &["node", "status", "--address", a],
-        &[("SCHEDSTATE_TOKEN", "s3cret-1")],
+        &[("SCHEDSTATE_TOKEN", SECRET)],
     );
     assert_eq!(env, local(&["node", "status"], &dir));
     let both = run(
         &["volume", "status", "--json"],
-        &[("SCHEDSTATE_ADDR", a), ("SCHEDSTATE_TOKEN", "s3cret-1")],
+        &[("SCHEDSTATE_ADDR", a), ("SCHEDSTATE_TOKEN_FILE", token_arg)],
     );
     assert_eq!(both, local(&["volume", "status", "--json"], &dir));
-    // No token: 401; another one (flag or environment): 403.
+    // There is no --token flag: a secret on the command line shows in `ps`.
+    let flag = run(
+        &["plugin", "status", "--address", a, "--token", SECRET],
+        &[],
+    );
+    assert_eq!(flag.code, Some(2), "{flag:?}");
+    // No token: 401; another one (file or environment): 401 too, naming neither.
     let none = remote(&["node", "status"], a);
     let line = none.agent_error(a);
     assert!(
         line.contains("401") && line.contains("Unauthorized"),
         "{line}"
     );
-    let wrong_flag = run(
-        &["plugin", "status", "--address", a, "--token", "nope"],
+    let wrong_file = files.path().join("wrong");
+    std::fs::write(&wrong_file, "nope-nope-nope\n").expect("token file");
+    let wrong_by_file = run(
+        &[
+            "plugin",
+            "status",
+            "--address",
+            a,
+            "--token-file",
+            wrong_file.to_str().expect("utf-8 path"),
+        ],
         &[],
     );
     let wrong_env = run(
         &["volume", "status", "--address", a],
-        &[("SCHEDSTATE_TOKEN", "nope")],
+        &[("SCHEDSTATE_TOKEN", "nope-nope-nope")],
     );
-    for r in [wrong_flag, wrong_env] {
+    for r in [wrong_by_file, wrong_env] {
         let line = r.agent_error(a);
-        assert!(line.contains("403") && line.contains("Forbidden"), "{line}");
+        assert!(
+            line.contains("401") && line.contains("UnknownToken"),
+            "{line}"
+        );
         assert!(!line.contains("nope") && !line.contains("s3cret"), "{line}");
     }
+    // An empty variable is an error, not "no token".
+    let empty = run(
+        &["node", "status", "--address", a],
+        &[("SCHEDSTATE_TOKEN", " ")],
+    );
+    assert_eq!(empty.code, Some(1), "{empty:?}");
+    assert!(
+        empty.stderr.contains("SCHEDSTATE_TOKEN is set but empty"),
+        "{empty:?}"
+    );
     // With --data the token (and an address from the environment) is ignored.
     let ignored = run(
         &["node", "status", "--data", dir.arg()],

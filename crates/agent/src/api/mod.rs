@@ -7,10 +7,14 @@
 //! no namespace. Rows are the model's serde forms (snake_case fields); volumes' secret
 //! values are always `"<redacted>"`.
 
+mod acl;
+
 use std::time::Duration;
 
 use schedstate::model::CsiPlugin;
 use serde::{Deserialize, Serialize};
+
+pub use acl::{AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, HealthStatus};
 
 /// The header every answer carries: the index the answer reflects (for a read, the
 /// index of what it read; for a write, the write's). Pass it back as `?index=` to
@@ -19,6 +23,10 @@ pub const INDEX_HEADER: &str = "X-Schedstate-Index";
 
 /// The same value under Nomad's name, for clients written against Nomad.
 pub const NOMAD_INDEX_HEADER: &str = "X-Nomad-Index";
+
+/// The header schedstate's own clients send their ACL token in (`X-Nomad-Token` and
+/// `Authorization: Bearer` are taken too).
+pub const TOKEN_HEADER: &str = "X-Schedstate-Token";
 
 /// Whether the server that answered knows a leader (`true`/`false`).
 pub const KNOWN_LEADER_HEADER: &str = "X-Schedstate-KnownLeader";

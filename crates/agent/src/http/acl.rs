@@ -1,0 +1,282 @@
+//! `/v1/acl/…`: bootstrap the cluster's ACL once, create, list, read and revoke tokens
+//! (management scope), and read the caller's own token.
+//!
+//! The server makes every secret and accessor id itself (122 random bits each; the
+//! bootstrap secret may be given, as Nomad allows) and proposes only the secret's
+//! hash: the secret is in the one answer that created the token and nowhere else — not
+//! in the log, the state, a snapshot, the event stream or a log line.
+
+use std::time::Duration;
+
+use axum::Extension;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use schedstate::model::{AclScope, AclToken};
+use schedstate::state::Command;
+use serde::de::DeserializeOwned;
+
+use super::body::{BodyRule, read_body};
+use super::error::ApiError;
+use super::query::{Checked, OperatorRead, Write};
+use super::writes::commit;
+use super::{AppState, json};
+use crate::api::{AclBootstrapRequest, AclTokenRequest, AclTokenView};
+use crate::service::{Caller, Service, hash_secret, new_uuid, unix_now};
+
+/// The largest ACL request body.
+const ACL_BODY_BYTES: usize = 16 << 10;
+
+/// The longest a token may be made to live: beyond it, make one without expiry.
+const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+fn acl_off() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "AclDisabled",
+        "ACL is off on this agent (--dev): there are no tokens",
+    )
+}
+
+/// A JSON body, or the default for an empty body sent without a content type (as
+/// Nomad's clients send a bootstrap).
+async fn read_json<T: DeserializeOwned + Default>(
+    st: &Service,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let empty_claim = headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0");
+    if !headers.contains_key(header::CONTENT_TYPE) && empty_claim {
+        return Ok(T::default());
+    }
+    let rule = BodyRule {
+        limit: ACL_BODY_BYTES,
+        content_type: "application/json",
+    };
+    let body = read_body(st, headers, body, &rule).await?;
+    if body.bytes.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&body.bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
+}
+
+fn new_id() -> Result<String, ApiError> {
+    new_uuid().map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal",
+            format!("the system's random generator failed: {e}"),
+        )
+    })
+}
+
+/// What a newly made token answers: its view, with the secret this once.
+fn created(st: &Service, index: u64, accessor: &str, secret: String, pretty: bool) -> Response {
+    let stored = st.server.read_stale().view().acl_token(accessor);
+    let Some(stored) = stored else {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            "the token committed but is not applied here yet; read it back later",
+        )
+        .into_response();
+    };
+    let mut view = AclTokenView::of(&stored);
+    view.secret_id = Some(secret);
+    json(st, StatusCode::OK, index, &view, pretty)
+}
+
+/// `POST /v1/acl/bootstrap`: needs no token, works once per cluster.
+pub(crate) async fn bootstrap(
+    State(st): State<AppState>,
+    Checked(p, _): Checked<Write>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if !st.acl {
+        return acl_off().into_response();
+    }
+    let request: AclBootstrapRequest = match read_json(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let secret = match request.bootstrap_secret {
+        Some(s) => {
+            let printable = s.bytes().all(|b| b.is_ascii_graphic());
+            if !(16..=128).contains(&s.len()) || !printable {
+                return ApiError::bad_request(
+                    "BootstrapSecret must be 16 to 128 printable ASCII characters without spaces",
+                )
+                .into_response();
+            }
+            s
+        }
+        None => match new_id() {
+            Ok(s) => s,
+            Err(e) => return e.into_response(),
+        },
+    };
+    let accessor = match new_id() {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    let mut token = AclToken::new(
+        accessor.as_str(),
+        "Bootstrap Token",
+        vec![AclScope::Management],
+        hash_secret(&secret),
+    );
+    token.create_time = unix_now();
+    match commit(&st, Command::AclBootstrap { token }).await {
+        Ok(index) => {
+            tracing::info!(accessor = %accessor, index, "ACL bootstrapped");
+            created(&st, index, &accessor, secret, p.pretty)
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The first whole second at which a token living `ttl` from now has expired:
+/// rounded up, so a token never lives less than asked (at most a second more).
+fn expires_after(ttl: Duration) -> u64 {
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        + ttl;
+    end.as_secs() + u64::from(end.subsec_nanos() > 0)
+}
+
+/// `POST /v1/acl/token`: a new token (management).
+pub(crate) async fn create(
+    State(st): State<AppState>,
+    Checked(p, _): Checked<Write>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if !st.acl {
+        return acl_off().into_response();
+    }
+    let request: AclTokenRequest = match read_json(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let (scopes, ttl) = match (request.scopes(), request.ttl()) {
+        (Ok(s), Ok(t)) => (s, t),
+        (Err(e), _) | (_, Err(e)) => return ApiError::bad_request(e).into_response(),
+    };
+    if ttl.is_some_and(|t| t > MAX_TTL) {
+        return ApiError::bad_request(format!(
+            "ExpirationTTL over {} days: make a token without expiry instead",
+            MAX_TTL.as_secs() / 86_400
+        ))
+        .into_response();
+    }
+    let (secret, accessor) = match (new_id(), new_id()) {
+        (Ok(s), Ok(a)) => (s, a),
+        (Err(e), _) | (_, Err(e)) => return e.into_response(),
+    };
+    let now = unix_now();
+    let mut token = AclToken::new(
+        accessor.as_str(),
+        request.name,
+        scopes,
+        hash_secret(&secret),
+    );
+    token.create_time = now;
+    token.expiration_time = ttl.map(expires_after);
+    let tokens = vec![token];
+    match commit(&st, Command::CreateAclTokens { tokens }).await {
+        Ok(index) => {
+            tracing::info!(accessor = %accessor, index, "ACL token created");
+            created(&st, index, &accessor, secret, p.pretty)
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v1/acl/tokens`: every token, without secrets (management).
+pub(crate) async fn list(
+    State(st): State<AppState>,
+    Checked(p, _): Checked<OperatorRead>,
+) -> Response {
+    if !st.acl {
+        return acl_off().into_response();
+    }
+    let snapshot = st.server.read_stale();
+    let view = snapshot.view();
+    let tokens: Vec<AclTokenView> = view.acl_tokens().map(|t| AclTokenView::of(&t)).collect();
+    let index = view.table_index(schedstate::Table::AclTokens);
+    json(&st, StatusCode::OK, index, &tokens, p.pretty)
+}
+
+/// `GET /v1/acl/token/{accessor}` (management).
+pub(crate) async fn read(
+    State(st): State<AppState>,
+    Path(accessor): Path<String>,
+    Checked(p, _): Checked<OperatorRead>,
+) -> Response {
+    if !st.acl {
+        return acl_off().into_response();
+    }
+    let snapshot = st.server.read_stale();
+    match snapshot.view().acl_token(&accessor) {
+        Some(t) => json(
+            &st,
+            StatusCode::OK,
+            t.modify_index,
+            &AclTokenView::of(&t),
+            p.pretty,
+        ),
+        None => ApiError::not_found("AclTokenNotFound", format!("no ACL token {accessor:?}"))
+            .into_response(),
+    }
+}
+
+/// `GET /v1/acl/token/self`: the caller's own token (any valid token).
+pub(crate) async fn own(
+    State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Checked(p, _): Checked<OperatorRead>,
+) -> Response {
+    match caller.token {
+        Some(t) => json(
+            &st,
+            StatusCode::OK,
+            t.modify_index,
+            &AclTokenView::of(&t),
+            p.pretty,
+        ),
+        None => acl_off().into_response(),
+    }
+}
+
+/// `DELETE /v1/acl/token/{accessor}`: revoke (management).
+pub(crate) async fn revoke(
+    State(st): State<AppState>,
+    Path(accessor): Path<String>,
+    Checked(p, _): Checked<Write>,
+) -> Response {
+    if !st.acl {
+        return acl_off().into_response();
+    }
+    let command = Command::DeleteAclTokens {
+        accessor_ids: vec![accessor.as_str().into()],
+    };
+    match commit(&st, command).await {
+        Ok(index) => {
+            tracing::info!(accessor = %accessor, index, "ACL token revoked");
+            json(
+                &st,
+                StatusCode::OK,
+                index,
+                &crate::api::WriteResponse { index },
+                p.pretty,
+            )
+        }
+        Err(e) => e.into_response(),
+    }
+}

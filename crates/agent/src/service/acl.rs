@@ -1,0 +1,176 @@
+//! Who is calling: a request's secret resolved to an ACL token of the replicated
+//! state, and whether that token may act in a scope.
+//!
+//! A secret is never compared as text: the server hashes what the request carries
+//! (SHA-256) and looks the digest up in the tokens' unique index, so timing can tell an
+//! attacker at most something about a digest, never about a secret or its length; the
+//! digest found is then compared again in constant time. Tokens are checked against
+//! this server's copy of the state, so a revocation applies on each server as soon as
+//! it applied the log entry (a heartbeat later on a follower).
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use schedstate::model::{AclScope, AclToken};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::Service;
+
+/// Why a request is not let through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AuthError {
+    /// No token was sent.
+    #[error(
+        "this agent needs a token: send X-Nomad-Token, X-Schedstate-Token or Authorization: Bearer"
+    )]
+    Missing,
+    /// The cluster has no token yet.
+    #[error(
+        "the cluster's ACL is not bootstrapped: run `schedstate acl bootstrap` (POST /v1/acl/bootstrap) once"
+    )]
+    NotBootstrapped,
+    /// The secret is no token's.
+    #[error(
+        "the token is not known to this server (revoked, mistyped, or not replicated here yet)"
+    )]
+    Unknown,
+    /// The token expired.
+    #[error("the token {accessor} expired")]
+    Expired {
+        /// Its accessor id (not a secret).
+        accessor: String,
+    },
+    /// The token lacks the scope.
+    #[error("the token {accessor} may not do this: it needs the {needed} scope")]
+    Denied {
+        /// Its accessor id.
+        accessor: String,
+        /// The scope the route needs.
+        needed: AclScope,
+    },
+}
+
+impl AuthError {
+    /// The error's stable kind in the API.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "Unauthorized",
+            AuthError::NotBootstrapped => "AclNotBootstrapped",
+            AuthError::Unknown => "UnknownToken",
+            AuthError::Expired { .. } => "TokenExpired",
+            AuthError::Denied { .. } => "PermissionDenied",
+        }
+    }
+}
+
+/// The caller of a request that passed: its token, or none when ACL is off.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    /// The token (ACL on), `None` with ACL off (`--dev`).
+    pub token: Option<Arc<AclToken>>,
+}
+
+/// The SHA-256 of a secret, as the tokens table stores it (64 lowercase hex digits).
+pub(crate) fn hash_secret(secret: &str) -> String {
+    let digest = Sha256::digest(secret.as_bytes());
+    let mut hex = String::with_capacity(64);
+    for b in digest {
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
+        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
+    }
+    hex
+}
+
+/// A new random identifier in the UUID v4 form (122 random bits): a secret or an
+/// accessor id.
+pub(crate) fn new_uuid() -> Result<String, getrandom::Error> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b)?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    ))
+}
+
+/// Seconds since the Unix epoch by this machine's clock.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Service {
+    /// The caller of a request carrying `secret`, if it may act in `scope` (`None`:
+    /// any valid token will do).
+    ///
+    /// # Errors
+    /// [`AuthError`]: no token, not bootstrapped, unknown, expired, lacking the scope.
+    pub(crate) fn authorize(
+        &self,
+        secret: Option<&str>,
+        scope: Option<AclScope>,
+    ) -> Result<Caller, AuthError> {
+        if !self.acl {
+            return Ok(Caller { token: None });
+        }
+        let snapshot = self.server.read_stale();
+        let view = snapshot.view();
+        let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+            return Err(if view.acl_bootstrapped() {
+                AuthError::Missing
+            } else {
+                AuthError::NotBootstrapped
+            });
+        };
+        let hash = hash_secret(secret);
+        let token = view
+            .acl_token_by_secret_hash(&hash)
+            .filter(|t| bool::from(t.secret_hash.as_bytes().ct_eq(hash.as_bytes())));
+        let Some(token) = token else {
+            return Err(if view.acl_bootstrapped() {
+                AuthError::Unknown
+            } else {
+                AuthError::NotBootstrapped
+            });
+        };
+        if token.expired_at(unix_now()) {
+            return Err(AuthError::Expired {
+                accessor: token.accessor_id.to_string(),
+            });
+        }
+        if let Some(needed) = scope
+            && !token.allows(needed)
+        {
+            return Err(AuthError::Denied {
+                accessor: token.accessor_id.to_string(),
+                needed,
+            });
+        }
+        Ok(Caller { token: Some(token) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_are_sha256_hex_and_uuids_are_v4() {
+        assert_eq!(
+            hash_secret("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let u = new_uuid().unwrap();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert_ne!(u, new_uuid().unwrap());
+    }
+}
