@@ -1,0 +1,691 @@
+//! TLS for the agent's port and between servers (rustls with the `ring` provider),
+//! reloadable without restarting.
+//!
+//! Design:
+//! - [`Tls`] holds the current material — this agent's certificate and key, and the
+//!   verifiers built from the CA bundle — behind a `RwLock<Arc<Material>>`.
+//!   [`Tls::reload`] reads the files again and swaps the `Arc`; a failed reload keeps
+//!   the old material.
+//! - The rustls configs are built once, and their certificate resolvers and verifiers
+//!   are small objects that read the *current* material at each handshake. So an
+//!   acceptor or client config handed out before a reload serves the new certificate
+//!   and trusts the new CA from the next handshake on; established connections keep
+//!   what they negotiated. The server keeps no resumption state, so every handshake
+//!   verifies the client against the current CA.
+//! - Roles are Nomad's: a certificate is a server's iff it is valid for the DNS name
+//!   [`server_role_name`] (`server.<region>.schedstate`). [`Tls::peer_role`] tells the
+//!   HTTP layer what a connected peer is; [`Tls::server_client_config`] makes a server
+//!   accept only another server as the peer it dials, whatever address it dialed.
+//! - The crypto provider is passed explicitly to every builder, so nothing depends on
+//!   a process-wide default provider being installed.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{
+    ClientHello, NoServerSessionStorage, ResolvesServerCert, WebPkiClientVerifier,
+};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
+
+/// The region of an agent whose configuration names none.
+pub const DEFAULT_REGION: &str = "global";
+
+/// The one application protocol the agent speaks (HTTP/1.1, Raft RPCs included).
+const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// The DNS name (subject alternative name) that marks a certificate as a server's in
+/// `region`: `server.<region>.schedstate`, like Nomad's `server.<region>.nomad`.
+pub fn server_role_name(region: &str) -> String {
+    format!("server.{region}.schedstate")
+}
+
+/// The PEM files of an agent's TLS material.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// This agent's certificate chain, end-entity certificate first.
+    pub cert: PathBuf,
+    /// The private key of that certificate (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// The CA bundle peers' certificates must chain to. Without it, client
+    /// certificates are not requested and servers cannot call each other over TLS.
+    pub ca: Option<PathBuf>,
+}
+
+/// How the agent uses TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// The PEM files.
+    pub files: TlsFiles,
+    /// Require a client certificate (chained to the CA) on every connection to the
+    /// agent's port. Needs a CA. Off, a certificate is optional but verified if sent.
+    pub verify_clients: bool,
+    /// The region, for the server role name ([`DEFAULT_REGION`] by default).
+    pub region: String,
+}
+
+impl TlsOptions {
+    /// Options for `files`, with client certificates optional and the default region.
+    pub fn new(files: TlsFiles) -> TlsOptions {
+        TlsOptions {
+            files,
+            verify_clients: false,
+            region: DEFAULT_REGION.to_owned(),
+        }
+    }
+}
+
+/// What the peer of a connection to the agent's port proved to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerRole {
+    /// No client certificate (or no CA configured to verify one).
+    Anonymous,
+    /// A certificate chained to the CA, but not valid for the server role name.
+    Client,
+    /// A certificate chained to the CA and valid for [`server_role_name`] of this
+    /// agent's region: another server.
+    Server,
+}
+
+/// Why TLS material could not be loaded or a config built.
+///
+/// Messages name files, never their contents: no key material is ever included.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// A certificate file is not valid PEM.
+    #[error("{path}: invalid PEM: {reason}")]
+    BadPem {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (from the certificate file only).
+        reason: String,
+    },
+    /// The certificate file holds no certificate.
+    #[error("{path} holds no PEM certificate")]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The end-entity certificate cannot be parsed.
+    #[error("{path}: invalid certificate: {reason}")]
+    BadCertificate {
+        /// The file.
+        path: PathBuf,
+        /// What rustls/webpki reported.
+        reason: String,
+    },
+    /// The key file holds no private key.
+    #[error("{path} holds no PEM private key")]
+    NoKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file's key cannot be read or is of an unsupported kind.
+    #[error("{path}: the private key is malformed or of an unsupported kind")]
+    BadKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The private key is not the key of the certificate.
+    #[error("the key in {key} does not belong to the certificate in {cert}")]
+    KeyMismatch {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The key file.
+        key: PathBuf,
+    },
+    /// The CA bundle is unusable.
+    #[error("CA bundle {path}: {reason}")]
+    BadCa {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `verify_clients` was asked for without a CA to verify them against.
+    #[error("verifying client certificates needs a CA bundle")]
+    VerifyClientsWithoutCa,
+    /// A CA is needed (server-to-server config, [`client_config`]) and none was given.
+    #[error("no CA bundle configured")]
+    NoCa,
+    /// The region does not make a valid DNS name for the server role.
+    #[error("region {0:?} does not make a valid server role name")]
+    BadRegion(String),
+    /// rustls refused to build a config.
+    #[error("TLS configuration: {0}")]
+    Config(rustls::Error),
+}
+
+/// The TLS material of an agent, reloadable. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct Tls {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    opts: TlsOptions,
+    shared: Arc<Shared>,
+    server_config: Arc<ServerConfig>,
+    /// `None` without a CA: servers cannot verify each other then.
+    peer_client_config: Option<Arc<ClientConfig>>,
+}
+
+/// What the resolvers and verifiers inside the configs read at each handshake.
+struct Shared {
+    provider: Arc<CryptoProvider>,
+    role: ServerName<'static>,
+    current: RwLock<Arc<Material>>,
+}
+
+impl Shared {
+    fn current(&self) -> Arc<Material> {
+        self.current.read().clone()
+    }
+
+    fn algorithms(&self) -> &WebPkiSupportedAlgorithms {
+        &self.provider.signature_verification_algorithms
+    }
+}
+
+/// One generation of files, parsed.
+struct Material {
+    key: Arc<CertifiedKey>,
+    ca: Option<CaMaterial>,
+}
+
+struct CaMaterial {
+    client_verifier: Arc<dyn ClientCertVerifier>,
+    server_verifier: Arc<WebPkiServerVerifier>,
+}
+
+impl fmt::Debug for Tls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tls")
+            .field("options", &self.inner.opts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The material holds the private key: show only the role.
+        f.debug_struct("Shared")
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl Tls {
+    /// Reads the certificate chain, key and CA bundle of `opts` and builds the agent's
+    /// configs. Fails on unreadable files, a missing certificate or key, a key that is
+    /// not the certificate's, an unusable CA bundle, or `verify_clients` without a CA.
+    pub fn load(opts: TlsOptions) -> Result<Tls, TlsError> {
+        if opts.verify_clients && opts.files.ca.is_none() {
+            return Err(TlsError::VerifyClientsWithoutCa);
+        }
+        let role = ServerName::try_from(server_role_name(&opts.region))
+            .map_err(|_| TlsError::BadRegion(opts.region.clone()))?;
+        let provider = provider();
+        let material = read_material(&opts.files, &provider)?;
+        let shared = Arc::new(Shared {
+            provider: provider.clone(),
+            role,
+            current: RwLock::new(Arc::new(material)),
+        });
+
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(TlsError::Config)?;
+        let builder = if opts.files.ca.is_some() {
+            builder.with_client_cert_verifier(Arc::new(CurrentClientVerifier {
+                shared: shared.clone(),
+                mandatory: opts.verify_clients,
+            }))
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut server = builder.with_cert_resolver(Arc::new(CurrentCert {
+            shared: shared.clone(),
+        }));
+        server.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        // A resumed session skips certificate verification; without resumption a
+        // client certificate is checked against the current CA at every connection.
+        // Connections are long-lived (keep-alive), so full handshakes cost little.
+        server.session_storage = Arc::new(NoServerSessionStorage {});
+        server.send_tls13_tickets = 0;
+
+        let peer_client_config = match opts.files.ca {
+            Some(_) => {
+                let mut client = ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(TlsError::Config)?
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(ServerRoleVerifier {
+                        shared: shared.clone(),
+                    }))
+                    .with_client_cert_resolver(Arc::new(CurrentCert {
+                        shared: shared.clone(),
+                    }));
+                client.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+                Some(Arc::new(client))
+            }
+            None => None,
+        };
+
+        Ok(Tls {
+            inner: Arc::new(Inner {
+                opts,
+                shared,
+                server_config: Arc::new(server),
+                peer_client_config,
+            }),
+        })
+    }
+
+    /// Reads the files again and, if all of them are good, makes them the material of
+    /// every new handshake (through configs built before as well). On error the old
+    /// material stays in use and the error is returned.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let material = read_material(&self.inner.opts.files, &self.inner.shared.provider)?;
+        *self.inner.shared.current.write() = Arc::new(material);
+        Ok(())
+    }
+
+    /// The options this was loaded with.
+    pub fn options(&self) -> &TlsOptions {
+        &self.inner.opts
+    }
+
+    /// Whether a CA bundle is configured (client certificates are requested, and
+    /// servers can call each other).
+    pub fn has_ca(&self) -> bool {
+        self.inner.opts.files.ca.is_some()
+    }
+
+    /// The rustls server config of the agent's port: this agent's certificate, ALPN
+    /// `http/1.1`, client certificates verified against the CA (required iff
+    /// `verify_clients`), none requested without a CA.
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.inner.server_config.clone()
+    }
+
+    /// A tokio acceptor over [`server_config`](Self::server_config).
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        tokio_rustls::TlsAcceptor::from(self.server_config())
+    }
+
+    /// What the peer of an accepted connection is, from the certificates rustls
+    /// verified during its handshake (`ServerConnection::peer_certificates`).
+    ///
+    /// Only certificates from a handshake on [`server_config`](Self::server_config)
+    /// may be passed: the chain is not verified again here.
+    pub fn peer_role(&self, certs: Option<&[CertificateDer<'_>]>) -> PeerRole {
+        if !self.has_ca() {
+            // No certificate was requested, so none was verified.
+            return PeerRole::Anonymous;
+        }
+        let Some(end_entity) = certs.and_then(|c| c.first()) else {
+            return PeerRole::Anonymous;
+        };
+        match webpki::EndEntityCert::try_from(end_entity) {
+            Ok(cert)
+                if cert
+                    .verify_is_valid_for_subject_name(&self.inner.shared.role)
+                    .is_ok() =>
+            {
+                PeerRole::Server
+            }
+            // Verified against the CA, but not a server's.
+            _ => PeerRole::Client,
+        }
+    }
+
+    /// The client config one server uses to call another (Raft RPCs, forwarded
+    /// requests): presents this agent's certificate, and accepts the peer only if its
+    /// certificate chains to the CA and is valid for [`server_role_name`] of this
+    /// region — whatever name or address was dialed, so addresses need not be in the
+    /// certificates. ALPN `http/1.1`. Needs a CA ([`TlsError::NoCa`]).
+    pub fn server_client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+        self.inner.peer_client_config.clone().ok_or(TlsError::NoCa)
+    }
+}
+
+/// A client config for the CLI and API clients: verifies the agent's certificate
+/// against the CA bundle at `ca` for the name the caller dials (usual hostname/IP
+/// verification), and presents `client_cert` (certificate and key files) if given.
+/// ALPN `http/1.1`.
+///
+/// The CA is required ([`TlsError::NoCa`] for `None`): agents use a private CA, so the
+/// system roots would never verify them, and trusting anything is not offered.
+pub fn client_config(
+    ca: Option<&Path>,
+    client_cert: Option<(&Path, &Path)>,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let ca = ca.ok_or(TlsError::NoCa)?;
+    let provider = provider();
+    let roots = read_roots(ca)?;
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?
+        .with_root_certificates(roots);
+    let mut config = match client_cert {
+        Some((cert, key)) => {
+            let key = read_key_pair(cert, key, &provider)?;
+            builder.with_client_cert_resolver(Arc::new(FixedCert(key)))
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    Ok(Arc::new(config))
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = read_file(path)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, pem::Error>>()
+        .map_err(|e| TlsError::BadPem {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
+/// The certificate chain at `cert` with the key at `key`, checked to belong together.
+fn read_key_pair(
+    cert_path: &Path,
+    key_path: &Path,
+    provider: &CryptoProvider,
+) -> Result<Arc<CertifiedKey>, TlsError> {
+    let certs = read_certs(cert_path)?;
+    let key_bytes = read_file(key_path)?;
+    // The PEM error is dropped on purpose: it may quote a line of the key file.
+    let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| match e {
+        pem::Error::NoItemsFound => TlsError::NoKey {
+            path: key_path.to_owned(),
+        },
+        _ => TlsError::BadKey {
+            path: key_path.to_owned(),
+        },
+    })?;
+    let signing_key =
+        provider
+            .key_provider
+            .load_private_key(key)
+            .map_err(|_| TlsError::BadKey {
+                path: key_path.to_owned(),
+            })?;
+    let certified = CertifiedKey::new(certs, signing_key);
+    match certified.keys_match() {
+        // `Unknown`: the key cannot tell its public key; the handshake will fail
+        // visibly if it is wrong.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
+            Ok(Arc::new(certified))
+        }
+        Err(rustls::Error::InconsistentKeys(_)) => Err(TlsError::KeyMismatch {
+            cert: cert_path.to_owned(),
+            key: key_path.to_owned(),
+        }),
+        Err(e) => Err(TlsError::BadCertificate {
+            path: cert_path.to_owned(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Why [`key_matches_cert`] could not compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyCheckError {
+    BadKey,
+    BadCert,
+}
+
+/// Whether `key` is the private key of `cert` (for `certs::Ca::load`).
+pub(crate) fn key_matches_cert(
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Result<bool, KeyCheckError> {
+    let signing_key = provider()
+        .key_provider
+        .load_private_key(key)
+        .map_err(|_| KeyCheckError::BadKey)?;
+    match CertifiedKey::new(vec![cert], signing_key).keys_match() {
+        Ok(()) => Ok(true),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => Ok(false),
+        Err(rustls::Error::InconsistentKeys(_)) => Err(KeyCheckError::BadKey),
+        Err(_) => Err(KeyCheckError::BadCert),
+    }
+}
+
+fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
+    let certs = read_certs(path).map_err(|e| match e {
+        TlsError::NoCertificate { path } => TlsError::BadCa {
+            path,
+            reason: "no certificate in the file".to_owned(),
+        },
+        other => other,
+    })?;
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| TlsError::BadCa {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(Arc::new(roots))
+}
+
+fn read_material(files: &TlsFiles, provider: &Arc<CryptoProvider>) -> Result<Material, TlsError> {
+    let key = read_key_pair(&files.cert, &files.key, provider)?;
+    let ca = match &files.ca {
+        None => None,
+        Some(path) => {
+            let roots = read_roots(path)?;
+            let bad_ca = |e: rustls::server::VerifierBuilderError| TlsError::BadCa {
+                path: path.clone(),
+                reason: e.to_string(),
+            };
+            // Whether a certificate is required is decided by `CurrentClientVerifier`;
+            // this verifier only checks the certificates that are sent.
+            let client_verifier =
+                WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                    .build()
+                    .map_err(bad_ca)?;
+            let server_verifier =
+                WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                    .build()
+                    .map_err(bad_ca)?;
+            Some(CaMaterial {
+                client_verifier,
+                server_verifier,
+            })
+        }
+    };
+    Ok(Material { key, ca })
+}
+
+fn no_ca_error() -> rustls::Error {
+    rustls::Error::General("no CA configured".to_owned())
+}
+
+/// Serves (server side) and presents (client side) the current certificate.
+#[derive(Debug)]
+struct CurrentCert {
+    shared: Arc<Shared>,
+}
+
+impl ResolvesServerCert for CurrentCert {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.shared.current().key.clone())
+    }
+}
+
+impl ResolvesClientCert for CurrentCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.shared.current().key.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A client certificate loaded once (CLI/API clients).
+#[derive(Debug)]
+struct FixedCert(Arc<CertifiedKey>);
+
+impl ResolvesClientCert for FixedCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Verifies client certificates against the current CA.
+#[derive(Debug)]
+struct CurrentClientVerifier {
+    shared: Arc<Shared>,
+    mandatory: bool,
+}
+
+impl ClientCertVerifier for CurrentClientVerifier {
+    fn client_auth_mandatory(&self) -> bool {
+        self.mandatory
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // The hints would have to borrow from `self`, and the CA can change under it.
+        // An empty list tells clients to send whatever certificate they have, which is
+        // what our clients do anyway.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let current = self.shared.current();
+        let ca = current.ca.as_ref().ok_or_else(no_ca_error)?;
+        ca.client_verifier
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, self.shared.algorithms())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, self.shared.algorithms())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.shared.algorithms().supported_schemes()
+    }
+}
+
+/// Verifies a dialed server against the current CA and the server role name, in place
+/// of the name that was dialed.
+#[derive(Debug)]
+struct ServerRoleVerifier {
+    shared: Arc<Shared>,
+}
+
+impl ServerCertVerifier for ServerRoleVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let current = self.shared.current();
+        let ca = current.ca.as_ref().ok_or_else(no_ca_error)?;
+        ca.server_verifier.verify_server_cert(
+            end_entity,
+            intermediates,
+            &self.shared.role,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, self.shared.algorithms())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, self.shared.algorithms())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.shared.algorithms().supported_schemes()
+    }
+}
