@@ -18,8 +18,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PKCS_ECDSA_P256_SHA256, SanType,
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -246,11 +246,10 @@ impl Ca {
                 path: cert_path.to_owned(),
             }
         })?;
-        let key_der = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| {
-            CertError::BadCaKey {
+        let key_der =
+            PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertError::BadCaKey {
                 path: key_path.to_owned(),
-            }
-        })?;
+            })?;
         match crate::tls::key_matches_cert(der, key_der) {
             Ok(true) => {}
             Ok(false) => {
