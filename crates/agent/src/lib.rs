@@ -32,6 +32,7 @@
 
 mod agent;
 pub mod api;
+pub mod certs;
 mod client;
 mod cluster_key;
 mod config;
@@ -40,12 +41,15 @@ mod http;
 mod metrics;
 mod process;
 mod service;
+pub mod tls;
 mod transport;
 
 pub use agent::{Agent, AgentError};
+pub use certs::{Ca, CertError, CertKind, IssuedCert};
 pub use client::{Client, ClientError, ClientTls, Indexed, ReadOptions};
 pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_BYTES};
 pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;
 pub use process::{OpenFileLimit, raise_open_file_limit};
+pub use tls::{PeerRole, Tls, TlsError, TlsFiles, TlsOptions};
 pub use transport::{HttpTransport, MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH};
