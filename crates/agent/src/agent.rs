@@ -14,7 +14,9 @@ use crate::config::{AgentConfig, ConfigError};
 use crate::events::EventBuffer;
 use crate::http;
 use crate::metrics::Metrics;
+use crate::outbound::PeerDialer;
 use crate::service::{Gates, Service, is_fresh};
+use crate::tls::{Tls, TlsError};
 use crate::transport::HttpTransport;
 
 /// Why an agent could not start.
@@ -38,6 +40,12 @@ pub enum AgentError {
     /// The HTTP client for the Raft RPCs could not be built.
     #[error("http client: {0}")]
     Http(#[from] reqwest::Error),
+    /// The TLS files could not be loaded.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// The transport between servers could not be made.
+    #[error(transparent)]
+    Transport(#[from] crate::transport::TransportError),
 }
 
 /// A running agent.
@@ -107,7 +115,16 @@ impl Agent {
                  (loopback only). Never run without ACL on a network."
             );
         }
-        let transport = HttpTransport::new(config.cluster_key.clone())?;
+        let tls = config.tls.clone().map(Tls::load).transpose()?;
+        if let Some(t) = &tls {
+            tracing::info!(
+                ca = t.has_ca(),
+                verify_clients = t.options().verify_clients,
+                "TLS on: https only on {addr}"
+            );
+        }
+        let transport = HttpTransport::new(config.cluster_key.clone(), tls.as_ref())?;
+        let dialer = PeerDialer::new(tls.as_ref())?;
         let server = Server::open(config.id, &config.data, options, transport).await?;
         tracing::info!(
             id = config.id,
@@ -129,9 +146,13 @@ impl Agent {
             limits: config.limits.clone(),
             max_wait: config.max_wait,
             heartbeat: config.event_heartbeat,
-            proxy: reqwest::Client::builder()
+            proxy: dialer
+                .builder()
                 .connect_timeout(Duration::from_secs(2))
                 .build()?,
+            dialer: dialer.clone(),
+            tls: tls.clone(),
+            handshake_failures: Default::default(),
             stopping: stopping.clone(),
             fatal: std::sync::OnceLock::new(),
         });
@@ -143,11 +164,16 @@ impl Agent {
             stopping.clone(),
         ));
         let (fatal_tx, fatal) = watch::channel(None);
-        let tasks = vec![
+        #[allow(unused_mut)]
+        let mut tasks = vec![
             tokio::spawn(watch_leader(server.clone(), metrics, stopping.clone())),
             tokio::spawn(watch_health(service, fatal_tx, stopping.clone())),
-            tokio::spawn(bootstrap(server.clone(), config, stopping)),
+            tokio::spawn(bootstrap(server.clone(), config, dialer, stopping.clone())),
         ];
+        #[cfg(unix)]
+        if let Some(tls) = tls.clone() {
+            tasks.push(tokio::spawn(reload_on_sighup(tls, stopping)));
+        }
         Ok(Agent {
             addr,
             server,
@@ -307,12 +333,18 @@ async fn watch_leader(server: Server, metrics: Arc<Metrics>, mut stopping: watch
 /// Forms the cluster on a first start: once every peer answers and none has state,
 /// the lowest id initializes it with every peer a voter. A server with state (a
 /// restart), or one whose peers have state (a replacement), waits to be contacted.
-async fn bootstrap(server: Server, config: AgentConfig, mut stopping: watch::Receiver<bool>) {
+async fn bootstrap(
+    server: Server,
+    config: AgentConfig,
+    dialer: PeerDialer,
+    mut stopping: watch::Receiver<bool>,
+) {
     let lowest = config.peers.0.keys().next().copied();
     if lowest != Some(config.id) {
         return;
     }
-    let http = match reqwest::Client::builder()
+    let http = match dialer
+        .builder()
         .connect_timeout(Duration::from_secs(1))
         .timeout(Duration::from_secs(2))
         .build()
@@ -334,7 +366,7 @@ async fn bootstrap(server: Server, config: AgentConfig, mut stopping: watch::Rec
             if *id == config.id {
                 continue;
             }
-            let req = http.get(format!("http://{addr}/v1/agent/health"));
+            let req = http.get(format!("{}://{addr}/v1/agent/health", dialer.scheme()));
             let answer = match req.send().await {
                 Ok(r) if r.status().is_success() => r.bytes().await.ok(),
                 _ => None,
@@ -377,6 +409,33 @@ async fn bootstrap(server: Server, config: AgentConfig, mut stopping: watch::Rec
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(300)) => {}
             _ = stopping.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Reloads the TLS files on each SIGHUP: new handshakes use the new certificate and CA
+/// at once; connections already open keep what they negotiated. A failed reload (a
+/// half-written file, a key that does not match) keeps the old material and says why.
+#[cfg(unix)]
+async fn reload_on_sighup(tls: Tls, mut stopping: watch::Receiver<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP: TLS files are not reloaded");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            got = hup.recv() => if got.is_none() { return },
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: TLS certificate, key and CA reloaded"),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: TLS reload failed; still serving the previous certificate")
+            }
         }
     }
 }

@@ -229,12 +229,6 @@ impl Client {
         token: Option<String>,
         tls: Option<&ClientTls>,
     ) -> Result<Client, ClientError> {
-        if tls.is_some() {
-            return Err(ClientError::BadAddress {
-                address: address.to_string(),
-                reason: "TLS is not available in this build".into(),
-            });
-        }
         let bad = |reason: &str| ClientError::BadAddress {
             address: address.to_string(),
             reason: reason.to_string(),
@@ -246,15 +240,28 @@ impl Client {
             format!("http://{trimmed}")
         };
         let url = reqwest::Url::parse(&base).map_err(|e| bad(&e.to_string()))?;
-        if url.scheme() != "http" {
-            return Err(bad(
-                "only http:// is served (put TLS in front of the agent)",
-            ));
-        }
         if url.host().is_none() {
             return Err(bad("no host"));
         }
-        let http = reqwest::Client::builder()
+        let config = match (url.scheme(), tls) {
+            ("http", _) => None,
+            ("https", Some(tls)) => {
+                let cert = tls
+                    .client_cert
+                    .as_ref()
+                    .map(|(c, k)| (c.as_path(), k.as_path()));
+                let config = crate::tls::client_config(tls.ca_cert.as_deref(), cert)
+                    .map_err(|e| bad(&e.to_string()))?;
+                Some(config)
+            }
+            ("https", None) => {
+                return Err(bad(
+                    "https:// needs the CA certificate that signed the agent's (--ca-cert or SCHEDSTATE_CACERT)",
+                ));
+            }
+            (other, _) => return Err(bad(&format!("{other}:// is not http:// or https://"))),
+        };
+        let http = crate::outbound::builder(config.as_deref())
             .connect_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| bad(&e.to_string()))?;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use schedstate_raft::ServerOptions;
 
 use crate::cluster_key::ClusterKey;
+use crate::tls::TlsOptions;
 
 /// A bad `--peers` list or configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,7 +40,8 @@ pub enum ConfigError {
     /// Several servers and no way for them to know each other.
     #[error(
         "a cluster of {servers} servers needs a cluster key (--cluster-key-file; schedstate keygen \
-         makes one) so that only its servers can send Raft RPCs; --dev runs without one on loopback"
+         makes one) or TLS with a CA (--tls-ca: servers prove themselves by certificate) so that \
+         only its servers can send Raft RPCs; --dev runs without either on loopback"
     )]
     NoClusterKey {
         /// How many servers the peers list.
@@ -122,6 +124,10 @@ pub struct AgentConfig {
     /// The key every server of the cluster holds; Raft RPCs without its MAC are
     /// refused. Required when the peers list more than this server, unless `dev`.
     pub cluster_key: Option<ClusterKey>,
+    /// TLS on the port (API and Raft): certificate, key, CA. With a CA, servers
+    /// verify each other's certificates (mutual TLS, the server role name), which
+    /// authenticates them as the cluster key does — either may be used, or both.
+    pub tls: Option<TlsOptions>,
     /// Development mode: several servers without a cluster key (Raft RPCs accepted
     /// from anyone who can reach the port). Loopback addresses only; logged loudly.
     pub dev: bool,
@@ -149,6 +155,7 @@ impl AgentConfig {
             peers,
             acl: true,
             cluster_key: None,
+            tls: None,
             dev: false,
             limits: Limits::default(),
             server: ServerOptions::default(),
@@ -170,7 +177,8 @@ impl AgentConfig {
         if self.dev && !self.bind.ip().is_loopback() {
             return Err(ConfigError::DevNotLoopback(self.bind));
         }
-        if self.peers.0.len() > 1 && self.cluster_key.is_none() && !self.dev {
+        let mutual_tls = self.tls.as_ref().is_some_and(|t| t.files.ca.is_some());
+        if self.peers.0.len() > 1 && self.cluster_key.is_none() && !mutual_tls && !self.dev {
             return Err(ConfigError::NoClusterKey {
                 servers: self.peers.0.len(),
             });

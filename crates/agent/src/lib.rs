@@ -39,6 +39,7 @@ mod config;
 mod events;
 mod http;
 mod metrics;
+mod outbound;
 mod process;
 mod service;
 pub mod tls;
@@ -52,4 +53,6 @@ pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;
 pub use process::{OpenFileLimit, raise_open_file_limit};
 pub use tls::{PeerRole, Tls, TlsError, TlsFiles, TlsOptions};
-pub use transport::{HttpTransport, MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH};
+pub use transport::{
+    HttpTransport, MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH, TransportError,
+};

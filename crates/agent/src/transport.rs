@@ -10,6 +10,8 @@ use schedstate_raft::wire::{RpcAnswer, RpcRequest, Transport};
 use schedstate_raft::{NodeId, RpcFailure};
 
 use crate::cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey};
+use crate::outbound::PeerDialer;
+use crate::tls::{Tls, TlsError};
 
 /// The path of the Raft RPC endpoint.
 pub const RAFT_RPC_PATH: &str = "/v1/raft/rpc";
@@ -25,24 +27,46 @@ pub use schedstate_raft::wire::MAX_RPC_BYTES;
 pub struct HttpTransport {
     http: reqwest::Client,
     key: Option<ClusterKey>,
+    scheme: &'static str,
 }
 
 impl HttpTransport {
-    /// A transport signing its RPCs with `key` (none: `--dev`, unsigned).
+    /// A transport signing its RPCs with `key` (none: `--dev`, or mutual TLS alone),
+    /// over HTTPS with `tls` (presenting this server's certificate, taking only peers
+    /// with a server certificate of the cluster's CA), else plain HTTP.
     ///
     /// # Errors
-    /// The HTTP client cannot be built (no TLS or resolver is involved; this does not
-    /// happen in practice).
-    pub fn new(key: Option<ClusterKey>) -> Result<HttpTransport, reqwest::Error> {
-        let http = reqwest::Client::builder()
+    /// TLS without a CA, or the HTTP client cannot be built.
+    pub fn new(
+        key: Option<ClusterKey>,
+        tls: Option<&Tls>,
+    ) -> Result<HttpTransport, TransportError> {
+        let dialer = PeerDialer::new(tls)?;
+        let http = dialer
+            .builder()
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             // Below the agents' idle timeout, so a pooled connection is not reused
             // just as the other side closes it.
             .pool_idle_timeout(Duration::from_secs(5))
             .build()?;
-        Ok(HttpTransport { http, key })
+        Ok(HttpTransport {
+            http,
+            key,
+            scheme: dialer.scheme(),
+        })
     }
+}
+
+/// Why a transport could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The TLS material cannot make a server-to-server config.
+    #[error("TLS between servers: {0}")]
+    Tls(#[from] TlsError),
+    /// The HTTP client could not be built.
+    #[error("http client: {0}")]
+    Http(#[from] reqwest::Error),
 }
 
 /// The innermost cause (reqwest's own message says only "error sending request").
@@ -71,7 +95,7 @@ impl Transport for HttpTransport {
         let signed = self.key.as_ref().map(|key| key.sign_request(&body));
         let mut req = self
             .http
-            .post(format!("http://{addr}{RAFT_RPC_PATH}"))
+            .post(format!("{}://{addr}{RAFT_RPC_PATH}", self.scheme))
             .header(reqwest::header::CONTENT_TYPE, RAFT_RPC_CONTENT_TYPE);
         if let Some((header, _)) = &signed {
             req = req.header(CLUSTER_AUTH_HEADER, header.as_str());

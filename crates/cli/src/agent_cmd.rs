@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
+use schedstate_agent::tls::{TlsFiles, TlsOptions};
 use schedstate_agent::{Agent, AgentConfig, ClusterKey, Limits, Peers};
 
 use crate::output::{CliError, err};
@@ -35,6 +36,24 @@ pub struct AgentArgs {
     /// refused. Required with more than one server, unless --dev.
     #[arg(long, value_name = "FILE", env = "SCHEDSTATE_CLUSTER_KEY_FILE")]
     pub cluster_key_file: Option<PathBuf>,
+    /// This server's TLS certificate (PEM). With --tls-key, the port speaks HTTPS only
+    /// (API and Raft); reloaded on SIGHUP.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) of the cluster: servers then verify each other's certificates
+    /// (mutual TLS: a server certificate, server.<region>.schedstate, is needed to send
+    /// Raft RPCs), and client certificates are verified when sent.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_ca: Option<PathBuf>,
+    /// Require a client certificate of the CA on every API connection.
+    #[arg(long, requires = "tls_ca")]
+    pub tls_verify_clients: bool,
+    /// The region (the server role name in certificates is server.<region>.schedstate).
+    #[arg(long, default_value = schedstate_agent::tls::DEFAULT_REGION)]
+    pub region: String,
     /// INSECURE development mode: ACL off (every API request served without a token)
     /// and several servers allowed without a cluster key, so anyone who can reach the
     /// port can read, write and send Raft RPCs. Refuses any non-loopback --bind.
@@ -106,6 +125,16 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
     let mut config = AgentConfig::new(args.id, args.bind, args.data, peers);
     config.dev = args.dev;
     config.acl = !args.dev;
+    if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
+        let mut tls = TlsOptions::new(TlsFiles {
+            cert,
+            key,
+            ca: args.tls_ca,
+        });
+        tls.verify_clients = args.tls_verify_clients;
+        tls.region = args.region;
+        config.tls = Some(tls);
+    }
     if let Some(file) = &args.cluster_key_file {
         config.cluster_key = Some(ClusterKey::from_file(file).map_err(|e| err(e.to_string()))?);
     }
@@ -132,12 +161,17 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
         .thread_name("agent")
         .build()
         .map_err(|e| err(format!("starting the runtime: {e}")))?;
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     runtime.block_on(async move {
         let agent = Agent::start(config)
             .await
             .map_err(|e| err(format!("agent: {e}")))?;
         println!(
-            "schedstate agent {} serving http://{}",
+            "schedstate agent {} serving {scheme}://{}",
             args.id,
             agent.addr()
         );

@@ -25,6 +25,7 @@ mod sim;
 mod snapshot_cmd;
 mod source;
 mod status;
+mod tls_cmd;
 mod volume_status;
 
 use std::path::PathBuf;
@@ -86,6 +87,12 @@ enum Top {
         #[command(subcommand)]
         command: acl_cmd::AclCmd,
     },
+    /// A private CA and certificates for servers, client agents and CLI users
+    /// (mutual TLS between servers, HTTPS for clients).
+    Tls {
+        #[command(subcommand)]
+        command: tls_cmd::TlsCmd,
+    },
     /// Write a new random cluster key to FILE (mode 0600, never overwriting), to give
     /// every server of a cluster with --cluster-key-file.
     Keygen(agent_cmd::KeygenArgs),
@@ -136,6 +143,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Top::Keygen(args) => agent_cmd::keygen(&args),
         Top::Operator { command } => operator_cmd::run(command),
         Top::Acl { command } => acl_cmd::run(command),
+        Top::Tls { command } => tls_cmd::run(command),
         Top::Inspect(args) => inspect::run(&args),
         Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),

@@ -101,7 +101,10 @@ async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
     };
     let mut out = st
         .proxy
-        .request(parts.method.clone(), format!("http://{addr}{path}"))
+        .request(
+            parts.method.clone(),
+            format!("{}://{addr}{path}", st.dialer.scheme()),
+        )
         .header(PROXIED_HEADER, "1")
         .body(body);
     for name in [

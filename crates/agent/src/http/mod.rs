@@ -41,7 +41,7 @@ use axum::routing::{get, post};
 use serde::Serialize;
 
 pub use error::ApiError;
-pub(crate) use serve::serve;
+pub(crate) use serve::{Connection, HandshakeFailures, serve};
 
 use auth::Need;
 use schedstate::model::AclScope;

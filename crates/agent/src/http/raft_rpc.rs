@@ -12,8 +12,13 @@
 //!    this server's state (terms, consecutive entries, membership, snapshot offsets)
 //!    before openraft sees it.
 //!
+//! With TLS and a CA, the connection must also have presented a server certificate
+//! of the cluster's CA (mutual TLS, checked first); that alone authenticates a server
+//! when no cluster key is configured.
+//!
 //! The answer carries a MAC of its own, so the sender knows it came from a server.
-//! Without a cluster key the route refuses everything, unless the agent runs `--dev`.
+//! Without a cluster key or mutual TLS the route refuses everything, unless the agent
+//! runs `--dev`.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -21,11 +26,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use schedstate_raft::wire::{RpcRequest, answer_rpc};
 
-use super::AppState;
 use super::body::{BodyRule, check_head, read_checked};
 use super::error::ApiError;
+use super::{AppState, Connection};
 use crate::cluster_key::{CLUSTER_AUTH_HEADER, ClusterKeyError};
+use crate::tls::PeerRole;
 use crate::transport::{MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE};
+use axum::Extension;
 
 const RULE: BodyRule = BodyRule {
     limit: MAX_RPC_BYTES,
@@ -47,10 +54,12 @@ fn refused(e: &ClusterKeyError) -> ApiError {
 
 pub(crate) async fn raft_rpc(
     State(st): State<AppState>,
+    conn: Option<Extension<Connection>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match answer(&st, &headers, body).await {
+    let role = conn.map_or(PeerRole::Anonymous, |Extension(c)| c.role);
+    match answer(&st, role, &headers, body).await {
         Ok(r) => r,
         Err(e) => {
             st.metrics.raft_rpcs_refused.inc();
@@ -62,6 +71,7 @@ pub(crate) async fn raft_rpc(
 
 async fn answer(
     st: &crate::service::Service,
+    role: PeerRole,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -72,6 +82,16 @@ async fn answer(
             format!("this server's Raft stopped: {why}"),
         ));
     }
+    // With a CA, servers prove themselves by certificate too: a connection without
+    // one, or with a client's, sends no Raft RPC whatever key it holds.
+    let mutual_tls = st.tls.as_ref().is_some_and(|t| t.has_ca());
+    if mutual_tls && role != PeerRole::Server {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "NotAServer",
+            "Raft RPCs need a server certificate of this cluster's CA (server.<region>.schedstate)",
+        ));
+    }
     let claimed = super::body::content_length(headers)?;
     let signed = match &st.cluster_key {
         Some(key) => {
@@ -80,7 +100,7 @@ async fn answer(
                 .and_then(|v| v.to_str().ok());
             Some(key.verify_head(given, claimed).map_err(|e| refused(&e))?)
         }
-        None if st.dev => None,
+        None if st.dev || mutual_tls => None,
         None => {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,

@@ -7,11 +7,14 @@
 //!   that timer whenever a connection waits for a request, so an idle keep-alive
 //!   connection is closed after it too, and a slowloris client is cut off.
 //! - Running out of file descriptors does not stop the loop: it pauses and goes on.
+//! - With TLS, the handshake runs in the connection's own task within the
+//!   header-read timeout; a failure is counted and logged once a minute per address.
+//!   What the client's certificate proved ([`Connection`]) goes with every request.
 //! - On stop, every connection is asked to finish its request in flight and close.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -20,8 +23,10 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tower::ServiceExt;
 
 use crate::service::Service;
+use crate::tls::PeerRole;
 
 /// The largest request head hyper buffers (Nomad's clients send a few hundred bytes).
 const MAX_HEAD_BYTES: usize = 64 << 10;
@@ -60,7 +65,14 @@ pub(crate) async fn serve(
             drop(stream);
             continue;
         };
-        let conn = serve_one(&http, stream, peer, app.clone(), stopping.clone());
+        let conn = serve_one(
+            &http,
+            stream,
+            peer,
+            app.clone(),
+            st.clone(),
+            stopping.clone(),
+        );
         conns.spawn(async move {
             conn.await;
             drop(permit);
@@ -71,29 +83,126 @@ pub(crate) async fn serve(
     while conns.join_next().await.is_some() {}
 }
 
+/// What the accept loop knows of a connection, in each of its requests' extensions:
+/// whether it is TLS and what its client certificate proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Connection {
+    /// The peer's role (`Anonymous` without TLS or without a certificate).
+    pub role: PeerRole,
+}
+
 fn serve_one(
     http: &http1::Builder,
     stream: TcpStream,
     peer: SocketAddr,
     app: Router,
-    mut stopping: watch::Receiver<bool>,
+    st: Arc<Service>,
+    stopping: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let _ = stream.set_nodelay(true);
-    let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+    let http = http.clone();
     async move {
-        let mut conn = std::pin::pin!(conn);
-        let stop = async move {
-            let _ = stopping.wait_for(|s| *s).await;
+        let Some(tls) = st.tls.clone() else {
+            let conn = Connection {
+                role: PeerRole::Anonymous,
+            };
+            return drive(&http, TokioIo::new(stream), peer, app, conn, stopping).await;
         };
-        let result = tokio::select! {
-            r = conn.as_mut() => r,
-            () = stop => {
-                conn.as_mut().graceful_shutdown();
-                conn.await
+        // The handshake is bounded like a request head: a client that opens a
+        // connection and sends nothing holds it no longer.
+        let handshake =
+            tokio::time::timeout(st.limits.header_read_timeout, tls.acceptor().accept(stream))
+                .await;
+        let stream = match handshake {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                st.metrics.tls_handshakes_failed.inc();
+                st.handshake_failures.note(peer, &e.to_string());
+                return;
+            }
+            Err(_) => {
+                st.metrics.tls_handshakes_failed.inc();
+                st.handshake_failures
+                    .note(peer, "no handshake within the header-read timeout");
+                return;
             }
         };
-        if let Err(e) = result {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        let role = tls.peer_role(stream.get_ref().1.peer_certificates());
+        drive(
+            &http,
+            TokioIo::new(stream),
+            peer,
+            app,
+            Connection { role },
+            stopping,
+        )
+        .await;
+    }
+}
+
+/// Serves HTTP/1 on one connection until it ends or the agent stops.
+async fn drive<IO>(
+    http: &http1::Builder,
+    io: TokioIo<IO>,
+    peer: SocketAddr,
+    app: Router,
+    conn_info: Connection,
+    mut stopping: watch::Receiver<bool>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let app = app.map_request(
+        move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(conn_info);
+            req
+        },
+    );
+    let conn = http.serve_connection(io, TowerToHyperService::new(app));
+    let mut conn = std::pin::pin!(conn);
+    let stop = async move {
+        let _ = stopping.wait_for(|s| *s).await;
+    };
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = stop => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// TLS handshake failures, logged at most once a minute per client address (a port
+/// scanner or a misconfigured client must not flood the log); the count is in the
+/// metrics.
+#[derive(Default)]
+pub(crate) struct HandshakeFailures {
+    last_logged: parking_lot::Mutex<std::collections::HashMap<std::net::IpAddr, Instant>>,
+}
+
+/// How often one address's handshake failures are logged.
+const HANDSHAKE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Addresses remembered at most; past it the memory is cleared (and each address may
+/// be logged once more).
+const HANDSHAKE_LOG_ADDRESSES: usize = 4096;
+
+impl HandshakeFailures {
+    pub(crate) fn note(&self, peer: SocketAddr, why: &str) {
+        let now = Instant::now();
+        let mut last = self.last_logged.lock();
+        if last.len() >= HANDSHAKE_LOG_ADDRESSES {
+            last.clear();
+        }
+        let due = last
+            .get(&peer.ip())
+            .is_none_or(|t| now.duration_since(*t) >= HANDSHAKE_LOG_EVERY);
+        if due {
+            last.insert(peer.ip(), now);
+            drop(last);
+            tracing::warn!(client = %peer.ip(), error = %why, "TLS handshake failed (logged once a minute per address)");
         }
     }
 }

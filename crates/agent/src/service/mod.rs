@@ -19,7 +19,10 @@ use crate::api::AgentSelf;
 use crate::cluster_key::ClusterKey;
 use crate::config::Limits;
 use crate::events::EventBuffer;
+use crate::http::HandshakeFailures;
 use crate::metrics::Metrics;
+use crate::outbound::PeerDialer;
+use crate::tls::Tls;
 
 /// What the agent serves with.
 pub(crate) struct Service {
@@ -38,10 +41,16 @@ pub(crate) struct Service {
     pub heartbeat: Duration,
     /// For proxying consistent reads to the leader.
     pub proxy: reqwest::Client,
+    /// How the proxy dials the leader (scheme, TLS).
+    pub dialer: PeerDialer,
     /// Turns `true` when the agent stops: blocking queries and streams end.
     pub stopping: watch::Receiver<bool>,
     /// Set once when Raft stopped for good: every request is then refused.
     pub fatal: OnceLock<String>,
+    /// TLS on the port (and between servers), if configured.
+    pub tls: Option<Tls>,
+    /// TLS handshake failures, for rate-limited logging.
+    pub handshake_failures: HandshakeFailures,
 }
 
 impl Service {
