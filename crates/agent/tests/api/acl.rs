@@ -122,7 +122,7 @@ fn request(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_bootstrap_only_the_public_routes_answer_and_bootstrap_runs_once() {
     let agents = Agents::start_with(1, None, |c| c.acl = true).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let (s, kind) =
         status_and_kind(http.get(agents.url(0, "/v1/nodes")).send().await.unwrap()).await;
     assert_eq!((s, kind.as_str()), (401, "AclNotBootstrapped"));
@@ -173,7 +173,7 @@ async fn every_route_refuses_missing_unknown_and_wrong_scope_tokens_and_takes_th
     let leader = agents.wait_leader().await;
     let follower = (leader + 1) % 3;
     let before = state_bytes(&agents, leader).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     for route in routes() {
         for i in [leader, follower] {
             let what = format!("{} {} on {i}", route.method, route.path);

@@ -34,7 +34,7 @@ async fn a_server_whose_raft_stopped_refuses_everything_and_says_so() {
         .await
         .expect("the agent reports Raft's stop");
     assert!(!why.is_empty());
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     for path in ["/v1/status/leader", "/v1/nodes?stale", "/v1/agent/self"] {
         let (status, e) = error_of(http.get(agents.url(0, path)).send().await.unwrap()).await;
         assert_eq!((status, e.kind.as_str()), (503, "Stopped"), "{path}");

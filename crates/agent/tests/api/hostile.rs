@@ -50,7 +50,7 @@ async fn raft_rpcs_without_the_cluster_key_are_refused_and_the_cluster_writes_on
     let leader = agents.wait_leader().await;
     let follower = (leader + 1) % 3;
     let before = state_bytes(&agents, follower).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let body = b"any bytes: the MAC is checked before the body is decoded".to_vec();
     let ours = cluster_key();
     let theirs = ClusterKey::from_bytes(*b"another cluster's key, also 32+ bytes").unwrap();
@@ -153,7 +153,7 @@ async fn a_forged_rpc_signed_with_the_key_is_still_checked_before_raft() {
         .encode()
         .unwrap();
     let (header, _) = cluster_key().sign_request(&forged);
-    let resp = reqwest::Client::new()
+    let resp = crate::support::http()
         .post(agents.url(follower, "/v1/raft/rpc"))
         .header("content-type", "application/x-schedstate-raft")
         .header(CLUSTER_AUTH_HEADER, header)
@@ -285,7 +285,7 @@ async fn huge_claimed_lengths_and_oversized_bodies_cost_no_memory() {
     }
 
     // A chunked body (no claim) over the write limit: cut off while reading.
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let chunks =
         futures_util::stream::iter((0..20).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1 << 20])));
     let resp = http
@@ -409,7 +409,7 @@ async fn work_over_a_limit_is_429_with_retry_after() {
     })
     .await;
     let index = agents.client(0).apply(&upsert("n1", "ebs")).await.unwrap();
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let blocked = |i: usize| {
         http.get(agents.url(
             0,
@@ -459,7 +459,7 @@ async fn work_over_a_limit_is_429_with_retry_after() {
 async fn browsers_of_other_sites_and_bodies_of_other_types_are_refused() {
     let agents = Agents::start(1, None).await;
     let before = state_bytes(&agents, 0).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let body = serde_json::to_vec(&upsert("n1", "ebs")).unwrap();
     let cases = [
         (

@@ -6,6 +6,7 @@ mod health;
 mod hostile;
 mod peers;
 mod support;
+mod tls;
 
 use std::time::{Duration, Instant};
 
@@ -104,7 +105,7 @@ async fn reads_writes_and_not_found() {
             .value
             .is_none()
     );
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     for (path, kind) in [
         ("/v1/node/ghost", "NodeNotFound"),
         ("/v1/node/ghost/allocations", "NodeNotFound"),
@@ -193,7 +194,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
     let c = agents.client(0);
     c.apply(&upsert("n1", "ebs")).await.unwrap();
     let before = state_bytes(&agents, 0).await;
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let post = |body: Vec<u8>| {
         http.post(agents.url(0, "/v1/commands"))
             .header("content-type", "application/json")
@@ -289,7 +290,7 @@ async fn event_stream_from_an_index_with_topics_and_heartbeats() {
     .unwrap();
     let last = c.apply(&upsert("n2", "ebs")).await.unwrap();
 
-    let http = reqwest::Client::new();
+    let http = crate::support::http();
     let mut resp = http
         .get(agents.url(
             0,
@@ -409,6 +410,7 @@ async fn without_a_leader_writes_and_consistent_reads_are_503_and_change_nothing
         agents: Vec::new(),
         ports: support::free_ports(3),
         token: None,
+        client_tls: None,
     };
     agents.agents.push(Some(
         schedstate_agent::Agent::start(agents.config(0))

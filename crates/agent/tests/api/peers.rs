@@ -21,7 +21,7 @@ fn servers(c: &RaftConfiguration) -> Vec<(u64, String, bool)> {
 
 /// Posts `body` as a peer change to agent `i`.
 async fn post_change(agents: &Agents, i: usize, body: &serde_json::Value) -> reqwest::Response {
-    reqwest::Client::new()
+    crate::support::http()
         .post(agents.url(i, "/v1/operator/raft/peer"))
         .header("content-type", "application/json")
         .body(body.to_string())
@@ -74,8 +74,17 @@ async fn a_server_is_added_and_removed_through_the_api() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     c.change_peer(&PeerChange::Remove { id: 4 }).await.unwrap();
-    let config = c.raft_configuration().await.unwrap();
-    assert_eq!(config.servers.len(), 3, "{config:?}");
+    // The follower answers from its own copy of the membership: it sees the change
+    // once it applied it (a heartbeat later).
+    let start = Instant::now();
+    loop {
+        let config = c.raft_configuration().await.unwrap();
+        if config.servers.len() == 3 {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "{config:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // An unknown op is 400 and changes nothing.
     let (status, e) = error_of(
         post_change(

@@ -1,10 +1,13 @@
 //! Agents in this process on OS-picked loopback ports, and requests to them.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use schedstate::model::{Allocation, ClientStatus, CsiInfo, CsiNodeInfo, DesiredStatus, Id, Node};
-use schedstate_agent::{Agent, AgentConfig, Client, ClusterKey, Peers};
+use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
+use schedstate_agent::tls::{TlsFiles, TlsOptions};
+use schedstate_agent::{Agent, AgentConfig, Client, ClientTls, ClusterKey, Peers};
 use tempfile::TempDir;
 
 /// Every wait in these tests: generous, for a loaded machine.
@@ -20,6 +23,14 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
+/// A plain HTTP client for raw requests. reqwest is built here without a TLS provider
+/// of its own (the agent hands it rustls configs); a client made without one needs the
+/// process-wide provider, installed once.
+pub fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 /// The key of every test cluster.
 pub fn cluster_key() -> ClusterKey {
     ClusterKey::from_bytes(*b"the test clusters' shared key, 32+ bytes").expect("a key")
@@ -31,6 +42,8 @@ pub struct Agents {
     pub agents: Vec<Option<Agent>>,
     pub ports: Vec<u16>,
     pub token: Option<String>,
+    /// With TLS, what the clients trust and present.
+    pub client_tls: Option<ClientTls>,
 }
 
 impl Agents {
@@ -82,7 +95,17 @@ impl Agents {
             agents: Vec::new(),
             ports: free_ports(n),
             token: token.map(str::to_string),
+            client_tls: None,
         };
+        // The clients speak what the agents serve.
+        let mut probe = a.config(0);
+        adjust(&mut probe);
+        if let Some(t) = &probe.tls {
+            a.client_tls = Some(ClientTls {
+                ca_cert: t.files.ca.clone(),
+                client_cert: None,
+            });
+        }
         for i in 0..n {
             let mut config = a.config(i);
             adjust(&mut config);
@@ -103,15 +126,21 @@ impl Agents {
     }
 
     pub fn client(&self, i: usize) -> Client {
-        Client::new(
-            &format!("http://127.0.0.1:{}", self.ports[i]),
+        Client::with_tls(
+            &self.url(i, ""),
             self.token.clone(),
+            self.client_tls.as_ref(),
         )
         .expect("client")
     }
 
     pub fn url(&self, i: usize, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.ports[i])
+        let scheme = if self.client_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}{path}", self.ports[i])
     }
 
     /// Waits until every running agent applied what the leader applied.
@@ -181,5 +210,76 @@ pub fn alloc(id: &str, node_id: &str) -> Allocation {
         desired_status: DesiredStatus::Run,
         client_status: ClientStatus::Running,
         ..Default::default()
+    }
+}
+
+/// A private CA and certificates made for one test: a server certificate per agent,
+/// a CLI user's, and a server certificate of another CA.
+pub struct Pki {
+    /// Holds the files.
+    pub _dir: TempDir,
+    pub ca: PathBuf,
+    pub servers: Vec<(PathBuf, PathBuf)>,
+    pub cli: (PathBuf, PathBuf),
+    pub foreign_ca: PathBuf,
+    pub foreign_server: (PathBuf, PathBuf),
+}
+
+impl Pki {
+    pub fn new(servers: usize) -> Pki {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let ca = Ca::create("test CA", 2).expect("CA");
+        let (ca_cert, _) = write_pem_files(d, "ca", &ca).expect("CA files");
+        let server = CertKind::Server {
+            region: "global".into(),
+        };
+        let servers = (0..servers)
+            .map(|i| {
+                let c = ca.issue(&server, &[], &[], 2).expect("server cert");
+                write_pem_files(d, &format!("server-{i}"), &c).expect("files")
+            })
+            .collect();
+        let cli = write_pem_files(d, "cli", &ca.issue(&CertKind::Cli, &[], &[], 2).unwrap())
+            .expect("files");
+        let other = Ca::create("another CA", 2).expect("CA");
+        let (foreign_ca, _) = write_pem_files(d, "foreign-ca", &other).expect("files");
+        let foreign_server = write_pem_files(
+            d,
+            "foreign-server",
+            &other.issue(&server, &[], &[], 2).unwrap(),
+        )
+        .expect("files");
+        Pki {
+            _dir: dir,
+            ca: ca_cert,
+            servers,
+            cli,
+            foreign_ca,
+            foreign_server,
+        }
+    }
+
+    /// Agent `id`'s TLS options (ids from 1).
+    pub fn options(&self, id: u64) -> TlsOptions {
+        let (cert, key) = self.servers[id as usize - 1].clone();
+        TlsOptions::new(TlsFiles {
+            cert,
+            key,
+            ca: Some(self.ca.clone()),
+        })
+    }
+
+    /// A raw HTTPS client trusting `ca` and presenting `cert`.
+    pub fn http(&self, ca: &Path, cert: Option<&(PathBuf, PathBuf)>) -> reqwest::Client {
+        let config = schedstate_agent::tls::client_config(
+            Some(ca),
+            cert.map(|(c, k)| (c.as_path(), k.as_path())),
+        )
+        .expect("client config");
+        reqwest::Client::builder()
+            .tls_backend_preconfigured((*config).clone())
+            .build()
+            .expect("client")
     }
 }
