@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use schedstate_agent::Client;
+use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
+use schedstate_agent::{Client, ClientTls};
 
 /// Every wait in the process tests: generous, for a loaded machine.
 pub const DEADLINE: Duration = Duration::from_secs(90);
@@ -65,11 +66,23 @@ pub struct ProcCluster {
     pub ports: Vec<u16>,
     pub procs: Vec<Option<AgentProc>>,
     pub token: Option<String>,
+    /// With TLS: the CA that signed the agents' certificates.
+    pub ca: Option<Ca>,
 }
 
 impl ProcCluster {
     /// Starts `n` agents (ids 1..=n) and waits until they agree on a leader.
     pub async fn start(n: usize, token: Option<&str>) -> ProcCluster {
+        ProcCluster::start_with(n, token, false).await
+    }
+
+    /// Starts `n` agents with TLS (a CA and a server certificate each, mutual TLS
+    /// between them) besides the cluster key.
+    pub async fn start_tls(n: usize, token: Option<&str>) -> ProcCluster {
+        ProcCluster::start_with(n, token, true).await
+    }
+
+    async fn start_with(n: usize, token: Option<&str>, tls: bool) -> ProcCluster {
         let mut c = ProcCluster {
             root: tempfile::Builder::new()
                 .prefix("schedstate-agents-")
@@ -78,7 +91,16 @@ impl ProcCluster {
             ports: free_ports(n),
             procs: Vec::new(),
             token: token.map(str::to_string),
+            ca: None,
         };
+        if tls {
+            let ca = Ca::create("test CA", 2).expect("CA");
+            write_pem_files(c.root.path(), "ca", &ca).expect("CA files");
+            for i in 0..n {
+                c.issue_server_cert(&ca, i);
+            }
+            c.ca = Some(ca);
+        }
         schedstate_agent::ClusterKey::write_new(&c.key_file()).expect("cluster key");
         for i in 0..n {
             let p = c.spawn(i);
@@ -92,6 +114,49 @@ impl ProcCluster {
                 .unwrap_or_else(|e| panic!("ACL bootstrap: {e}\n{}", c.logs()));
         }
         c
+    }
+
+    /// Agent `i`'s certificate and key files.
+    pub fn cert_files(&self, i: usize) -> (PathBuf, PathBuf) {
+        let d = self.root.path();
+        (
+            d.join(format!("server-{i}.pem")),
+            d.join(format!("server-{i}-key.pem")),
+        )
+    }
+
+    /// Writes a new server certificate for agent `i` in place of its files (each
+    /// replaced by a rename, so a reader never sees half a file); returns its PEM.
+    pub fn issue_server_cert(&self, ca: &Ca, i: usize) -> String {
+        let kind = CertKind::Server {
+            region: "global".into(),
+        };
+        let cert = ca.issue(&kind, &[], &[], 2).expect("server cert");
+        let staging = self.root.path().join(format!("staging-{i}"));
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::create_dir(&staging).expect("staging dir");
+        let (c, k) = write_pem_files(&staging, "s", &cert).expect("files");
+        let (cert_file, key_file) = self.cert_files(i);
+        std::fs::rename(k, key_file).expect("key in place");
+        std::fs::rename(c, cert_file).expect("cert in place");
+        cert.cert_pem.clone()
+    }
+
+    /// Sends SIGHUP to agent `i` (reload its TLS files).
+    pub fn hangup(&self, i: usize) {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        let p = self.procs[i].as_ref().expect("running");
+        let pid = Pid::from_raw(i32::try_from(p.0.id()).expect("a pid fits i32"));
+        kill(pid, Signal::SIGHUP).expect("SIGHUP");
+    }
+
+    /// What a client trusts: the cluster's CA.
+    pub fn client_tls(&self) -> Option<ClientTls> {
+        self.ca.as_ref().map(|_| ClientTls {
+            ca_cert: Some(self.root.path().join("ca.pem")),
+            client_cert: None,
+        })
     }
 
     /// The cluster key file every agent is given.
@@ -142,6 +207,15 @@ impl ProcCluster {
         if self.token.is_none() {
             cmd.arg("--dev");
         }
+        if self.ca.is_some() {
+            let (cert, key) = self.cert_files(i);
+            cmd.arg("--tls-cert")
+                .arg(cert)
+                .arg("--tls-key")
+                .arg(key)
+                .arg("--tls-ca")
+                .arg(self.root.path().join("ca.pem"));
+        }
         AgentProc(cmd.spawn().expect("spawn schedstate agent"))
     }
 
@@ -164,11 +238,17 @@ impl ProcCluster {
     }
 
     pub fn address(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports[i])
+        let scheme = if self.ca.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.ports[i])
     }
 
     pub fn client(&self, i: usize) -> Client {
-        Client::new(&self.address(i), self.token.clone()).expect("client")
+        Client::with_tls(
+            &self.address(i),
+            self.token.clone(),
+            self.client_tls().as_ref(),
+        )
+        .expect("client")
     }
 
     pub fn running(&self) -> Vec<usize> {

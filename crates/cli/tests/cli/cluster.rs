@@ -17,6 +17,9 @@ use crate::agent_procs::{DEADLINE, ProcCluster};
 
 type Acked = Arc<Mutex<BTreeMap<String, u64>>>;
 
+/// The management token's secret of the process clusters.
+const ROOT: &str = "root-secret-of-the-process-clusters";
+
 /// Writes `node` until it is known to be in the state: another server after a refused
 /// connection; after an error with unknown outcome, a consistent read first.
 async fn write_until_known(clients: &[Client], node: &Node, turn: &mut usize) -> u64 {
@@ -102,7 +105,8 @@ async fn stale_nodes_at(cluster: &ProcCluster, i: usize, index: u64) -> BTreeMap
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_agents_survive_a_sigkilled_leader_and_lose_nothing() {
-    let mut cluster = ProcCluster::start(3, None).await;
+    // The whole secure setup: TLS between everyone, the cluster key, ACL.
+    let mut cluster = ProcCluster::start_tls(3, Some(ROOT)).await;
     let clients: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
     let acked: Acked = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -168,4 +172,99 @@ async fn three_agents_survive_a_sigkilled_leader_and_lose_nothing() {
             i + 1
         );
     }
+}
+
+/// The certificate agent `i` serves in a new handshake (DER).
+async fn served_certificate(cluster: &ProcCluster, i: usize) -> Vec<u8> {
+    let config = schedstate_agent::tls::client_config(
+        cluster.client_tls().and_then(|t| t.ca_cert).as_deref(),
+        None,
+    )
+    .expect("client config");
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured((*config).clone())
+        .tls_info(true)
+        .build()
+        .expect("client");
+    let resp = http
+        .get(format!("{}/v1/agent/health", cluster.address(i)))
+        .send()
+        .await
+        .expect("an answer");
+    resp.extensions()
+        .get::<reqwest::tls::TlsInfo>()
+        .and_then(|t| t.peer_certificate())
+        .expect("the peer's certificate")
+        .to_vec()
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("a certificate")
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_on_sighup_under_write_load() {
+    let cluster = ProcCluster::start_tls(3, Some(ROOT)).await;
+    let clients: Vec<Client> = (0..3).map(|i| cluster.client(i)).collect();
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(clients, acked.clone(), stop.clone());
+    wait_for("40 writes before the rotation", &cluster, || {
+        acked.lock().len() >= 40
+    })
+    .await;
+    let ca = cluster.ca.as_ref().expect("TLS");
+    let mut new = Vec::new();
+    for i in 0..3 {
+        let old = served_certificate(&cluster, i).await;
+        let pem = cluster.issue_server_cert(ca, i);
+        assert_ne!(der(&pem), old);
+        new.push(der(&pem));
+    }
+    for i in 0..3 {
+        cluster.hangup(i);
+    }
+    let at_rotation = acked.lock().len();
+    for (i, want) in new.iter().enumerate() {
+        let start = Instant::now();
+        while served_certificate(&cluster, i).await != *want {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "agent {} still serves its old certificate\n{}",
+                i + 1,
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Writes go on: between servers (new Raft connections use the new certificates)
+    // and from clients.
+    wait_for("40 writes after the rotation", &cluster, || {
+        acked.lock().len() >= at_rotation + 40
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        tokio::time::timeout(DEADLINE, w)
+            .await
+            .expect("writers stop")
+            .expect("writer ok");
+    }
+    let acked = acked.lock().clone();
+    let last = acked.values().copied().max().expect("writes");
+    for i in 0..3 {
+        let nodes = stale_nodes_at(&cluster, i, last).await;
+        for (id, index) in &acked {
+            assert_eq!(nodes.get(id), Some(index), "agent {}: {id}", i + 1);
+        }
+    }
+    let logs = cluster.logs();
+    assert_eq!(
+        logs.matches("TLS certificate, key and CA reloaded").count(),
+        3,
+        "{logs}"
+    );
 }
