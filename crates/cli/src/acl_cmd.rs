@@ -29,6 +29,10 @@ pub enum AclCmd {
         /// of printing it.
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
+        /// How long to wait for the agent to listen and the cluster to have a leader
+        /// (servers just started).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
         #[command(flatten)]
         agent: AgentArgs,
     },
@@ -135,6 +139,7 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
             AclCmd::Bootstrap {
                 secret_file,
                 output,
+                wait,
                 agent,
             } => {
                 if let Some(file) = &output
@@ -147,10 +152,23 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
                 }
                 let secret = secret_file.as_deref().map(read_token_file).transpose()?;
                 let c = agent.creds.client(&agent.address)?;
-                let token = c
-                    .acl_bootstrap(secret.as_deref())
-                    .await
-                    .map_err(|e| agent_error(&agent.address, &e))?;
+                // Right after the servers start (a script, a provisioning tool), they
+                // may not listen or have a leader yet: wait for them, as long as the
+                // answer says nothing was done.
+                let start = std::time::Instant::now();
+                let token = loop {
+                    match c.acl_bootstrap(secret.as_deref()).await {
+                        Ok(t) => break t,
+                        Err(e)
+                            if (e.changed_nothing() && e.status().is_none()
+                                || e.kind() == Some("NoLeader"))
+                                && start.elapsed() < wait =>
+                        {
+                            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                        }
+                        Err(e) => return Err(agent_error(&agent.address, &e)),
+                    }
+                };
                 show(&token, output.as_deref())
             }
             AclCmd::Token {

@@ -9,11 +9,13 @@ use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
 use schedstate::state::{Command, StateSnapshot, StateStore};
-use schedstate_agent::Client;
+use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
+use schedstate_agent::{Client, ClientTls};
 use tokio::runtime::Runtime;
 
 use crate::output::{CliError, err};
 use crate::sim::Backend;
+use crate::tls_cmd::CA_STEM;
 
 /// Every wait on the cluster (a leader, a restart): generous for a loaded machine.
 pub const PATIENCE: Duration = Duration::from_secs(60);
@@ -68,6 +70,27 @@ pub fn ports(dir: &Path, n: usize) -> Result<Vec<u16>, CliError> {
     Ok(ports)
 }
 
+/// A throwaway CA and one server certificate per agent in `dir`, unless made already.
+fn make_certificates(dir: &Path, agents: usize) -> Result<(), CliError> {
+    if dir.join(format!("{CA_STEM}.pem")).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| err(format!("{}: {e}", dir.display())))?;
+    let ca = Ca::create("schedstate demo CA", 30).map_err(|e| err(e.to_string()))?;
+    let server = CertKind::Server {
+        region: schedstate_agent::tls::DEFAULT_REGION.into(),
+    };
+    for i in 0..agents {
+        let cert = ca
+            .issue(&server, &[], &[], 30)
+            .map_err(|e| err(e.to_string()))?;
+        write_pem_files(dir, &format!("agent-{}", i + 1), &cert).map_err(|e| err(e.to_string()))?;
+    }
+    // The CA last: its presence says the set is complete.
+    write_pem_files(dir, CA_STEM, &ca).map_err(|e| err(e.to_string()))?;
+    Ok(())
+}
+
 /// The agent processes of the demo. Dropping it kills the ones still running.
 pub struct Agents {
     pub dir: PathBuf,
@@ -77,12 +100,14 @@ pub struct Agents {
 
 impl Agents {
     /// Starts one agent per port, logging to `dir/agent-N.log`, all with the cluster
-    /// key in `dir/cluster.key` (made on the first run).
+    /// key in `dir/cluster.key` and TLS — a throwaway CA and a server certificate per
+    /// agent in `dir/tls/` — made on the first run.
     pub fn start(dir: &Path, ports: Vec<u16>) -> Result<Agents, CliError> {
         let key = dir.join("cluster.key");
         if !key.exists() {
             schedstate_agent::ClusterKey::write_new(&key).map_err(|e| err(e.to_string()))?;
         }
+        make_certificates(&dir.join("tls"), ports.len())?;
         let mut a = Agents {
             dir: dir.to_path_buf(),
             procs: ports.iter().map(|_| None).collect(),
@@ -113,7 +138,21 @@ impl Agents {
     }
 
     pub fn address(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.ports[i])
+        format!("https://127.0.0.1:{}", self.ports[i])
+    }
+
+    /// The CA certificate clients trust.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("tls").join(format!("{CA_STEM}.pem"))
+    }
+
+    /// Agent `i`'s certificate and key.
+    fn cert_files(&self, i: usize) -> (PathBuf, PathBuf) {
+        let tls = self.dir.join("tls");
+        (
+            tls.join(format!("agent-{}.pem", i + 1)),
+            tls.join(format!("agent-{}-key.pem", i + 1)),
+        )
     }
 
     /// The cluster key file every agent is given.
@@ -123,13 +162,17 @@ impl Agents {
 
     /// The command line that starts agent `i`.
     pub fn command_line(&self, program: &str, i: usize) -> String {
+        let (cert, key) = self.cert_files(i);
         format!(
-            "{program} agent --id {} --bind 127.0.0.1:{} --data {} --peers {} --cluster-key-file {}",
+            "{program} agent --id {} --bind 127.0.0.1:{} --data {} --peers {} --cluster-key-file {} \\\n      --tls-cert {} --tls-key {} --tls-ca {}",
             i + 1,
             self.ports[i],
             self.data(i).display(),
             self.peers(),
-            self.key_file().display()
+            self.key_file().display(),
+            cert.display(),
+            key.display(),
+            self.ca_cert().display()
         )
     }
 
@@ -149,6 +192,12 @@ impl Agents {
             .args(["--peers", &self.peers()])
             .arg("--cluster-key-file")
             .arg(self.key_file())
+            .arg("--tls-cert")
+            .arg(self.cert_files(i).0)
+            .arg("--tls-key")
+            .arg(self.cert_files(i).1)
+            .arg("--tls-ca")
+            .arg(self.ca_cert())
             .env_remove("SCHEDSTATE_TOKEN")
             .env_remove("SCHEDSTATE_CLUSTER_KEY_FILE")
             .stdin(Stdio::null())
@@ -232,7 +281,15 @@ impl Remote {
     /// Connects to the agents at `addresses`, waits for a leader, and copies its state.
     /// The management token is read from `token_file`; on a new cluster the ACL is
     /// bootstrapped first and the token written there (mode 0600).
-    pub fn connect(addresses: &[String], token_file: &Path) -> Result<Remote, CliError> {
+    pub fn connect(
+        addresses: &[String],
+        ca_cert: &Path,
+        token_file: &Path,
+    ) -> Result<Remote, CliError> {
+        let tls = ClientTls {
+            ca_cert: Some(ca_cert.to_path_buf()),
+            client_cert: None,
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -240,7 +297,7 @@ impl Remote {
         let clients = |token: Option<String>| {
             addresses
                 .iter()
-                .map(|a| Client::new(a, token.clone()))
+                .map(|a| Client::with_tls(a, token.clone(), Some(&tls)))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| err(e.to_string()))
         };

@@ -106,7 +106,7 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
         args.seconds,
         args.seed
     ));
-    let remote = Remote::connect(&addresses, &dir.join("management.token"))?;
+    let remote = Remote::connect(&addresses, &agents.ca_cert(), &dir.join("management.token"))?;
     let leader = remote.leader;
     say(&format!(
         "  leader: agent {} at {}; resuming after index {}",
@@ -314,10 +314,13 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
         text.push_str(&format!("  {} &\n", agents.command_line(&run, i)));
     }
     let token = dir.join("management.token");
+    let ca = agents.ca_cert();
     text.push_str(&format!(
-        "  {run} plugin status --address {} --token-file {}\n  curl -H \"X-Nomad-Token: $(cat {})\" '{}/v1/plugins?pretty'\n",
+        "  {run} plugin status --address {} --ca-cert {} --token-file {}\n  curl --cacert {} -H \"X-Nomad-Token: $(cat {})\" '{}/v1/plugins?pretty'\n",
         addresses[0],
+        ca.display(),
         token.display(),
+        ca.display(),
         token.display(),
         addresses[0]
     ));

@@ -57,7 +57,7 @@ pub enum CertCmd {
 
 /// `tls cert create`.
 #[derive(Debug, Args)]
-#[group(id = "kind", required = true, multiple = false)]
+#[command(group(clap::ArgGroup::new("kind").required(true).multiple(false)))]
 pub struct CertArgs {
     /// A server's certificate (server.<region>.schedstate, localhost, 127.0.0.1, ::1;
     /// serves TLS and calls other servers).

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use schedstate_agent::Client;
+use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
+use schedstate_agent::{Client, ClientTls};
 
 use crate::report::Out;
 use crate::system::proc_memory_kb;
@@ -97,8 +98,33 @@ fn free_ports(n: usize) -> Vec<u16> {
 
 /// The agents; every process is killed (SIGKILL) and reaped when this is dropped,
 /// panics included. Each also gets SIGKILL if this process dies first.
+/// How the agents are secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Security {
+    /// What a deployment runs: TLS (mutual between servers), the cluster key, ACL.
+    Tls,
+    /// The cluster key and ACL, plain HTTP.
+    Acl,
+    /// `--dev`: the cluster key only; no ACL, plain HTTP.
+    Dev,
+}
+
+impl Security {
+    pub fn name(self) -> &'static str {
+        match self {
+            Security::Tls => "tls",
+            Security::Acl => "acl",
+            Security::Dev => "dev",
+        }
+    }
+}
+
+/// The management token's secret of the bench clusters.
+const ROOT: &str = "root-secret-of-the-http-bench";
+
 pub struct Cluster {
     pub root: tempfile::TempDir,
+    security: Security,
     procs: Vec<Child>,
     pub addrs: Vec<String>,
     logs: Vec<PathBuf>,
@@ -107,7 +133,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts the three agents of `bin`, each with its own data directory and log.
-    pub fn spawn(bin: &Path) -> Cluster {
+    pub fn spawn(bin: &Path, security: Security) -> Cluster {
         let root = tempfile::Builder::new()
             .prefix("schedstate-httpbench-")
             .tempdir()
@@ -122,14 +148,24 @@ impl Cluster {
         let peers = peers.join(",");
         let mut c = Cluster {
             root,
+            security,
             procs: Vec::new(),
             addrs: addrs.clone(),
             logs: Vec::new(),
-            clients: addrs
-                .iter()
-                .map(|a| Client::new(a, None).expect("client"))
-                .collect(),
+            clients: Vec::new(),
         };
+        if security == Security::Tls {
+            let ca = Ca::create("bench CA", 2).expect("CA");
+            write_pem_files(c.root.path(), "ca", &ca).expect("CA files");
+            let server = CertKind::Server {
+                region: "global".into(),
+            };
+            for i in 0..3 {
+                let cert = ca.issue(&server, &[], &[], 2).expect("certificate");
+                write_pem_files(c.root.path(), &format!("server-{i}"), &cert).expect("files");
+            }
+        }
+        c.clients = c.make_clients(None);
         let key = c.root.path().join("cluster.key");
         schedstate_agent::ClusterKey::write_new(&key).expect("cluster key");
         for (i, addr) in addrs.iter().enumerate() {
@@ -149,6 +185,21 @@ impl Cluster {
                 .stdin(Stdio::null())
                 .stdout(file.try_clone().expect("log file"))
                 .stderr(file);
+            match security {
+                Security::Dev => {
+                    cmd.arg("--dev");
+                }
+                Security::Acl => {}
+                Security::Tls => {
+                    let d = c.root.path();
+                    cmd.arg("--tls-cert")
+                        .arg(d.join(format!("server-{i}.pem")))
+                        .arg("--tls-key")
+                        .arg(d.join(format!("server-{i}-key.pem")))
+                        .arg("--tls-ca")
+                        .arg(d.join("ca.pem"));
+                }
+            }
             // SAFETY: the closure runs in the child between fork and exec and calls
             // only prctl, which is async-signal-safe; it allocates nothing.
             unsafe {
@@ -165,6 +216,39 @@ impl Cluster {
             c.logs.push(log);
         }
         c
+    }
+
+    /// Clients of the three agents, with `token`.
+    fn make_clients(&self, token: Option<&str>) -> Vec<Client> {
+        let tls = (self.security == Security::Tls).then(|| ClientTls {
+            ca_cert: Some(self.root.path().join("ca.pem")),
+            client_cert: None,
+        });
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        self.addrs
+            .iter()
+            .map(|a| {
+                Client::with_tls(
+                    &format!("{scheme}://{a}"),
+                    token.map(str::to_string),
+                    tls.as_ref(),
+                )
+                .expect("client")
+            })
+            .collect()
+    }
+
+    /// With ACL, bootstraps it through the leader and gives every client the
+    /// management token.
+    pub async fn bootstrap_acl(&mut self, leader: usize) {
+        if self.security == Security::Dev {
+            return;
+        }
+        self.clients[leader]
+            .acl_bootstrap(Some(ROOT))
+            .await
+            .expect("ACL bootstrap");
+        self.clients = self.make_clients(Some(ROOT));
     }
 
     /// The agents' process ids.

@@ -72,7 +72,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::cluster::{Cluster, locate_binary, warn_if_stale};
+use crate::cluster::{Cluster, Security, locate_binary, warn_if_stale};
 use crate::report::{Out, memory_json, round2};
 use crate::system::{ephemeral_ports, raise_nofile_limit};
 
@@ -99,12 +99,14 @@ struct Flags {
     waiter_secs: f64,
     json: bool,
     quick: bool,
+    security: Security,
 }
 
 fn usage() -> &'static str {
     "flags: -quick -json -bin PATH -nodes N -allocs-per-node N -batch N -seed N \
      -clients 1,16,64 (0: no write phase) -secs S -warmup S -write allocs|nodes \
-     -waiters N (0: no waiter phase) -waiters-stale -rate W -waiter-secs S"
+     -waiters N (0: no waiter phase) -waiters-stale -rate W -waiter-secs S \
+     -security tls|acl|dev (default tls: TLS, cluster key and ACL, as deployed)"
 }
 
 fn parse_flags() -> Flags {
@@ -130,6 +132,7 @@ fn parse_flags() -> Flags {
         waiter_secs: 10.0,
         json: false,
         quick,
+        security: Security::Tls,
     };
     if quick {
         // A smaller dataset and shorter phases; flags still override these.
@@ -174,6 +177,14 @@ fn parse_flags() -> Flags {
             "waiters" => f.waiters = value.parse().unwrap_or_else(|_| bad("N")),
             "rate" => f.rate = value.parse().unwrap_or_else(|_| bad("WRITES_PER_S")),
             "waiter-secs" => f.waiter_secs = value.parse().unwrap_or_else(|_| bad("SECONDS")),
+            "security" => {
+                f.security = match value.as_str() {
+                    "tls" => Security::Tls,
+                    "acl" => Security::Acl,
+                    "dev" => Security::Dev,
+                    _ => bad("tls|acl|dev"),
+                }
+            }
             "waiters-stale" | "json" | "quick" | "h" | "help" => {
                 took = false;
                 match name {
@@ -273,18 +284,21 @@ async fn run(f: Flags) {
             "rate": f.rate,
             "waiter_secs": f.waiter_secs,
             "quick": f.quick,
+            "security": f.security.name(),
         }),
     );
 
     // ---- cluster ----
     let t = Instant::now();
-    let mut cluster = Cluster::spawn(&bin);
+    let mut cluster = Cluster::spawn(&bin, f.security);
     let pids = cluster.pids();
     let li = cluster.wait_leader(Duration::from_secs(60)).await;
     let elected = t.elapsed();
+    cluster.bootstrap_acl(li).await;
     out.line(format!(
-        "cluster: 3 agents {} (pids {:?}), leader agent {} after {:.0} ms; data and logs in {}",
+        "cluster: 3 agents {} ({}; pids {:?}), leader agent {} after {:.0} ms; data and logs in {}",
         cluster.addrs.join(" "),
+        f.security.name(),
         pids,
         li + 1,
         elected.as_secs_f64() * 1e3,
