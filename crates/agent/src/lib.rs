@@ -2,18 +2,19 @@
 //! Nomad-style HTTP API, talking Raft to the other agents over the same port.
 //!
 //! ```text
-//!            HTTP :4646 (one port)                    the other agents
+//!          HTTPS :4646 (one port; TLS optional)           the other agents
 //!   ┌──────────────────────────────────────┐       ▲
-//!   │ guard: token → consistency (leader   │       │ POST /v1/raft/rpc
-//!   │ check, or proxy to the leader)       │       │ (postcard RpcRequest)
+//!   │ accept loop: limits, TLS handshake,  │       │ POST /v1/raft/rpc
+//!   │ peer role → guard → ACL token+scope  │       │ (mutual TLS and/or the
+//!   │ → consistency (leader, or proxy)     │       │  cluster key's MACs)
 //!   ├──────────┬──────────┬────────┬───────┤       │
-//!   │ reads    │ writes   │ events │ ops   │  ── HttpTransport ──┘
-//!   │ blocking │ propose_ │ stream │ status│
-//!   │ queries  │ or_fwd   │        │ raft  │
+//!   │ reads    │ writes   │ events │ ops,  │  ── HttpTransport ──┘
+//!   │ blocking │ propose_ │ stream │ acl   │
+//!   │ queries  │ or_fwd   │        │       │
 //!   └────┬─────┴────┬─────┴───┬────┴───────┘
 //!        │          │         │ EventBuffer ◄── ApplyObserver (apply path)
 //!        ▼          ▼         │ Metrics     ◄──┘
-//!   schedstate_raft::Server (log on disk, state machine = StateStore)
+//!   schedstate_raft::Server (log on disk, state machine = StateStore, ACL tokens in it)
 //! ```
 //!
 //! - [`Agent`] runs one server: [`Agent::start`] with an [`AgentConfig`], then
@@ -23,8 +24,12 @@
 //!   `X-Nomad-Index`); consistent unless `?stale`. `POST /v1/commands` takes one
 //!   [`Command`](schedstate::state::Command) as JSON. `GET /v1/event/stream` streams
 //!   committed writes as JSON lines. Status, Raft configuration, peers, snapshot and
-//!   Prometheus metrics under `/v1/status`, `/v1/operator`, `/v1/metrics`. Shapes
-//!   beyond the model's own rows are in [`api`].
+//!   Prometheus metrics under `/v1/status`, `/v1/operator`, `/v1/metrics`; ACL tokens
+//!   under `/v1/acl`. Every route but leader status, health and the one-time bootstrap
+//!   needs a token with its scope (off only in `--dev`). Shapes beyond the model's own
+//!   rows are in [`api`].
+//! - [`tls`] holds the rustls material (reloaded on SIGHUP); [`certs`] makes a CA and
+//!   certificates.
 //! - [`Client`] is the same API from Rust.
 //!
 //! Nothing here changes the rules or the replication: the store and `schedstate-raft`

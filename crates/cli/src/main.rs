@@ -6,7 +6,7 @@
 //! Read commands load the directory with `DurableStore::open_read_only`: they take no
 //! lock and change no file, so they work while a demo is writing. The status commands
 //! also read from a running agent instead (`--address URL` or `SCHEDSTATE_ADDR`, with
-//! `--token` or `SCHEDSTATE_TOKEN`), with the same output (`source.rs`). Errors are
+//! `--token-file` or `SCHEDSTATE_TOKEN`; `--ca-cert` for https), with the same output (`source.rs`). Errors are
 //! one line on stderr (`error: …`) and exit code 1; usage errors are clap's (exit
 //! code 2).
 

@@ -3,10 +3,12 @@
 //! commit, with `{}` heartbeats while idle. Served from this server's buffer (a
 //! follower streams what it applied). An `N` older than the buffer is 410
 //! `IndexCompacted` before the stream starts; a client that falls that far behind
-//! mid-stream gets one `{"error": …}` line and the stream ends.
+//! mid-stream gets one `{"error": …}` line and the stream ends; so does one whose
+//! token is revoked or expires while it is open.
 
 use std::collections::VecDeque;
 
+use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -18,12 +20,16 @@ use super::query::{Checked, EventStream};
 use super::{AppState, with_index};
 use crate::api::ErrorBody;
 use crate::events::{EventBuffer, Since, TopicFilter};
+use crate::service::Caller;
 
 /// At most this many writes are taken from the buffer per lock.
 const BATCH: usize = 256;
 
 struct Open {
     st: AppState,
+    /// Who opened the stream: checked again as it goes, so that a revoked or expired
+    /// token's stream ends (at the next write or heartbeat).
+    caller: Caller,
     _permit: tokio::sync::OwnedSemaphorePermit,
     cursor: u64,
     filter: TopicFilter,
@@ -38,11 +44,13 @@ impl Open {
         permit: tokio::sync::OwnedSemaphorePermit,
         cursor: u64,
         filter: TopicFilter,
+        caller: Caller,
     ) -> Open {
         st.metrics.event_streams.inc();
         let newest = st.events.subscribe();
         Open {
             st,
+            caller,
             _permit: permit,
             cursor,
             filter,
@@ -79,6 +87,19 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
             return None;
         }
         s.newest.mark_unchanged();
+        if let Err(e) = s.st.still_valid(&s.caller) {
+            let body = ErrorBody {
+                kind: e.kind().into(),
+                message: format!("{e}: the stream ends"),
+                index: None,
+            };
+            let mut line =
+                serde_json::to_vec(&serde_json::json!({ "error": body })).unwrap_or_default();
+            line.push(b'\n');
+            s.pending.push_back(Bytes::from(line));
+            s.done = true;
+            continue;
+        }
         match s.st.events.since(s.cursor, BATCH) {
             Since::Compacted { held_after } => {
                 let mut line = serde_json::to_vec(
@@ -118,6 +139,7 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
 
 pub(crate) async fn events(
     State(st): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Checked(p, _): Checked<EventStream>,
 ) -> Response {
     let mut filter = TopicFilter::default();
@@ -145,7 +167,7 @@ pub(crate) async fn events(
         Ok(p) => p,
         Err(r) => return ApiError::too_many(r.message(&st.limits)).into_response(),
     };
-    let open = Open::new(st.clone(), permit, cursor, filter);
+    let open = Open::new(st.clone(), permit, cursor, filter, caller);
     let mut resp = Response::new(Body::from_stream(stream::unfold(open, next_chunk)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

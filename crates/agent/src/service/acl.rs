@@ -156,6 +156,35 @@ impl Service {
         }
         Ok(Caller { token: Some(token) })
     }
+
+    /// Whether a caller let in earlier still may call: its token not revoked (nor
+    /// replaced) and not expired. What a long-lived request (the event stream) checks
+    /// as it goes on.
+    ///
+    /// # Errors
+    /// [`AuthError::Unknown`] revoked, [`AuthError::Expired`].
+    pub(crate) fn still_valid(&self, caller: &Caller) -> Result<(), AuthError> {
+        let Some(token) = &caller.token else {
+            return Ok(());
+        };
+        let current = self
+            .server
+            .read_stale()
+            .view()
+            .acl_token(&token.accessor_id);
+        match current {
+            Some(t) if t.secret_hash == token.secret_hash => {
+                if t.expired_at(unix_now()) {
+                    Err(AuthError::Expired {
+                        accessor: t.accessor_id.to_string(),
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Err(AuthError::Unknown),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -353,3 +353,45 @@ async fn an_expired_token_is_refused() {
     assert_eq!(root.acl_tokens().await.unwrap().len(), 2);
     agents.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_ends_when_its_token_is_revoked() {
+    use futures_util::StreamExt;
+    let agents = Agents::start(1, Some(ROOT)).await;
+    let reader = token(&agents, &[AclScope::Read], None).await;
+    let resp = crate::support::http()
+        .get(agents.url(0, "/v1/event/stream?topic=Node"))
+        .header("X-Nomad-Token", reader.secret_id.as_deref().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    agents.client(0).apply(&upsert("n1", "ebs")).await.unwrap();
+    agents
+        .client(0)
+        .acl_revoke(&reader.accessor_id)
+        .await
+        .unwrap();
+    let revoked = Instant::now();
+    let mut text = String::new();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(chunk) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream went on: {text}");
+    assert!(
+        revoked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        revoked.elapsed()
+    );
+    assert!(
+        text.contains(r#""Key":"n1""#) || text.contains(r#""key":"n1""#),
+        "{text}"
+    );
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("UnknownToken"), "{text}");
+    agents.shutdown().await;
+}

@@ -2,7 +2,7 @@
 //! see [`crate::agent_procs`]): with `--address` or `SCHEDSTATE_ADDR` they print the
 //! same tables, JSON and errors as from a data directory holding the same state (the
 //! same commands, applied through the agent and replayed at the indexes it answered).
-//! Also: the token (`--token`, `SCHEDSTATE_TOKEN`) against an agent that needs one,
+//! Also: the token (`--token-file`, `SCHEDSTATE_TOKEN`) against an agent that needs one,
 //! `--address` with `--data`, `--data` over `SCHEDSTATE_ADDR`, a closed port, and an
 //! empty agent.
 
