@@ -71,6 +71,17 @@ fn spawn_writers(
         .collect()
 }
 
+/// Stops the writers and waits for them; a writer that panicked fails the test.
+async fn stop_writers(stop: &AtomicBool, writers: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        tokio::time::timeout(DEADLINE, w)
+            .await
+            .expect("writers stop")
+            .expect("writer ok");
+    }
+}
+
 async fn wait_for(what: &str, cluster: &ProcCluster, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
@@ -124,13 +135,7 @@ async fn three_agents_survive_a_sigkilled_leader_and_lose_nothing() {
         acked.lock().len() >= at_kill + 60
     })
     .await;
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        tokio::time::timeout(DEADLINE, w)
-            .await
-            .expect("writers stop")
-            .expect("writer ok");
-    }
+    stop_writers(&stop, writers).await;
     let new_leader = cluster.wait_leader().await;
     assert_ne!(new_leader, leader);
 
@@ -246,13 +251,7 @@ async fn certificates_rotate_on_sighup_under_write_load() {
         acked.lock().len() >= at_rotation + 40
     })
     .await;
-    stop.store(true, Ordering::Relaxed);
-    for w in writers {
-        tokio::time::timeout(DEADLINE, w)
-            .await
-            .expect("writers stop")
-            .expect("writer ok");
-    }
+    stop_writers(&stop, writers).await;
     let acked = acked.lock().clone();
     let last = acked.values().copied().max().expect("writes");
     for i in 0..3 {
