@@ -8,6 +8,7 @@
 //! values are always `"<redacted>"`.
 
 mod acl;
+pub mod nomad;
 
 use std::time::Duration;
 

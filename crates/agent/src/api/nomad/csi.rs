@@ -1,0 +1,286 @@
+//! `CSIInfo` (one plugin instance as a node fingerprints it, and as a plugin lists
+//! it), `CSIPlugin` and `CSIPluginListStub`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use schedstate::model::{
+    CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, CsiTopology, PluginInstances,
+};
+use serde::{Deserialize, Serialize};
+
+use super::alloc::NomadAllocListStub;
+use super::time::{from_rfc3339, to_rfc3339};
+use super::ShapeError;
+
+/// Nomad's `CSIInfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadCsiInfo {
+    #[serde(rename = "PluginID")]
+    pub plugin_id: String,
+    #[serde(rename = "AllocID", default)]
+    pub alloc_id: String,
+    #[serde(rename = "Healthy", default)]
+    pub healthy: bool,
+    #[serde(rename = "HealthDescription", default)]
+    pub health_description: String,
+    /// RFC 3339.
+    #[serde(rename = "UpdateTime", default)]
+    pub update_time: String,
+    #[serde(rename = "Provider", default)]
+    pub provider: String,
+    #[serde(rename = "ProviderVersion", default)]
+    pub provider_version: String,
+    #[serde(rename = "RequiresControllerPlugin", default)]
+    pub requires_controller_plugin: bool,
+    #[serde(rename = "RequiresTopologies", default)]
+    pub requires_topologies: bool,
+    #[serde(rename = "ControllerInfo", default)]
+    pub controller_info: Option<NomadCsiControllerInfo>,
+    #[serde(rename = "NodeInfo", default)]
+    pub node_info: Option<NomadCsiNodeInfo>,
+}
+
+/// Nomad's `CSIControllerInfo` (the capabilities the store keeps).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadCsiControllerInfo {
+    #[serde(rename = "SupportsReadOnlyAttach", default)]
+    pub supports_read_only_attach: bool,
+    #[serde(rename = "SupportsAttachDetach", default)]
+    pub supports_attach_detach: bool,
+    #[serde(rename = "SupportsListVolumes", default)]
+    pub supports_list_volumes: bool,
+    #[serde(rename = "SupportsListVolumesAttachedNodes", default)]
+    pub supports_list_volumes_attached_nodes: bool,
+}
+
+/// Nomad's `CSINodeInfo`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadCsiNodeInfo {
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    #[serde(rename = "MaxVolumes", default)]
+    pub max_volumes: u64,
+    #[serde(rename = "AccessibleTopology", default)]
+    pub accessible_topology: Option<NomadCsiTopology>,
+    #[serde(rename = "RequiresNodeStageVolume", default)]
+    pub requires_node_stage_volume: bool,
+}
+
+/// Nomad's `CSITopology`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadCsiTopology {
+    #[serde(rename = "Segments", default)]
+    pub segments: BTreeMap<String, String>,
+}
+
+impl From<&CsiTopology> for NomadCsiTopology {
+    fn from(t: &CsiTopology) -> Self {
+        NomadCsiTopology {
+            segments: t.segments.clone(),
+        }
+    }
+}
+
+impl From<NomadCsiTopology> for CsiTopology {
+    fn from(t: NomadCsiTopology) -> Self {
+        CsiTopology {
+            segments: t.segments,
+        }
+    }
+}
+
+impl From<&CsiInfo> for NomadCsiInfo {
+    fn from(i: &CsiInfo) -> Self {
+        NomadCsiInfo {
+            plugin_id: i.plugin_id.to_string(),
+            alloc_id: i.alloc_id.to_string(),
+            healthy: i.healthy,
+            health_description: i.health_description.clone(),
+            update_time: to_rfc3339(i.update_time),
+            provider: i.provider.clone(),
+            provider_version: i.provider_version.clone(),
+            requires_controller_plugin: i.requires_controller_plugin,
+            requires_topologies: i.requires_topologies,
+            controller_info: i.controller_info.as_ref().map(|c| NomadCsiControllerInfo {
+                supports_read_only_attach: c.supports_read_only_attach,
+                supports_attach_detach: c.supports_attach_detach,
+                supports_list_volumes: c.supports_list_volumes,
+                supports_list_volumes_attached_nodes: c.supports_list_volumes_attached_nodes,
+            }),
+            node_info: i.node_info.as_ref().map(|n| NomadCsiNodeInfo {
+                id: n.id.clone(),
+                max_volumes: n.max_volumes,
+                accessible_topology: n.accessible_topology.as_ref().map(Into::into),
+                requires_node_stage_volume: n.requires_node_stage_volume,
+            }),
+        }
+    }
+}
+
+impl TryFrom<NomadCsiInfo> for CsiInfo {
+    type Error = ShapeError;
+
+    fn try_from(i: NomadCsiInfo) -> Result<Self, ShapeError> {
+        Ok(CsiInfo {
+            plugin_id: i.plugin_id.into(),
+            alloc_id: i.alloc_id.into(),
+            healthy: i.healthy,
+            health_description: i.health_description,
+            update_time: from_rfc3339("UpdateTime", &i.update_time)?,
+            provider: i.provider,
+            provider_version: i.provider_version,
+            requires_controller_plugin: i.requires_controller_plugin,
+            requires_topologies: i.requires_topologies,
+            controller_info: i.controller_info.map(|c| CsiControllerInfo {
+                supports_read_only_attach: c.supports_read_only_attach,
+                supports_attach_detach: c.supports_attach_detach,
+                supports_list_volumes: c.supports_list_volumes,
+                supports_list_volumes_attached_nodes: c.supports_list_volumes_attached_nodes,
+            }),
+            node_info: i.node_info.map(|n| CsiNodeInfo {
+                id: n.id,
+                max_volumes: n.max_volumes,
+                accessible_topology: n.accessible_topology.map(Into::into),
+                requires_node_stage_volume: n.requires_node_stage_volume,
+            }),
+        })
+    }
+}
+
+/// A map of instances (node id, or plugin id on a node) in Nomad's shape.
+pub(crate) fn infos_out<'a>(
+    entries: impl Iterator<Item = (&'a schedstate::model::Id, &'a Arc<CsiInfo>)>,
+) -> BTreeMap<String, NomadCsiInfo> {
+    entries
+        .map(|(k, v)| (k.to_string(), NomadCsiInfo::from(&**v)))
+        .collect()
+}
+
+/// The same map back, as `(key, info)` pairs.
+pub(crate) fn infos_in(
+    map: BTreeMap<String, NomadCsiInfo>,
+) -> Result<Vec<(schedstate::model::Id, Arc<CsiInfo>)>, ShapeError> {
+    map.into_iter()
+        .map(|(k, v)| Ok((k.as_str().into(), Arc::new(CsiInfo::try_from(v)?))))
+        .collect()
+}
+
+/// Nomad's `CSIPluginListStub`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadCsiPluginListStub {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Provider", default)]
+    pub provider: String,
+    #[serde(rename = "ControllerRequired", default)]
+    pub controller_required: bool,
+    #[serde(rename = "ControllersHealthy", default)]
+    pub controllers_healthy: usize,
+    #[serde(rename = "ControllersExpected", default)]
+    pub controllers_expected: usize,
+    #[serde(rename = "NodesHealthy", default)]
+    pub nodes_healthy: usize,
+    #[serde(rename = "NodesExpected", default)]
+    pub nodes_expected: usize,
+    #[serde(rename = "CreateIndex", default)]
+    pub create_index: u64,
+    #[serde(rename = "ModifyIndex", default)]
+    pub modify_index: u64,
+}
+
+impl From<&CsiPlugin> for NomadCsiPluginListStub {
+    fn from(p: &CsiPlugin) -> Self {
+        NomadCsiPluginListStub {
+            id: p.id.to_string(),
+            provider: p.provider.clone(),
+            controller_required: p.controller_required,
+            controllers_healthy: p.controllers_healthy(),
+            controllers_expected: p.controllers_expected(),
+            nodes_healthy: p.nodes_healthy(),
+            nodes_expected: p.nodes_expected(),
+            create_index: p.create_index,
+            modify_index: p.modify_index,
+        }
+    }
+}
+
+/// Nomad's `CSIPlugin`: the instances by node id, the allocations running them, the
+/// health counts (derived: ignored in input).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadCsiPlugin {
+    #[serde(rename = "ID")]
+    pub id: String,
+    #[serde(rename = "Provider", default)]
+    pub provider: String,
+    #[serde(rename = "Version", default)]
+    pub version: String,
+    #[serde(rename = "ControllerRequired", default)]
+    pub controller_required: bool,
+    #[serde(rename = "Controllers", default)]
+    pub controllers: BTreeMap<String, NomadCsiInfo>,
+    #[serde(rename = "Nodes", default)]
+    pub nodes: BTreeMap<String, NomadCsiInfo>,
+    #[serde(rename = "Allocations", default)]
+    pub allocations: Vec<NomadAllocListStub>,
+    #[serde(rename = "ControllersHealthy", default)]
+    pub controllers_healthy: usize,
+    #[serde(rename = "ControllersExpected", default)]
+    pub controllers_expected: usize,
+    #[serde(rename = "NodesHealthy", default)]
+    pub nodes_healthy: usize,
+    #[serde(rename = "NodesExpected", default)]
+    pub nodes_expected: usize,
+    #[serde(rename = "CreateIndex", default)]
+    pub create_index: u64,
+    #[serde(rename = "ModifyIndex", default)]
+    pub modify_index: u64,
+}
+
+impl From<&CsiPlugin> for NomadCsiPlugin {
+    fn from(p: &CsiPlugin) -> Self {
+        NomadCsiPlugin {
+            id: p.id.to_string(),
+            provider: p.provider.clone(),
+            version: p.version.clone(),
+            controller_required: p.controller_required,
+            controllers: infos_out(p.controllers.iter()),
+            nodes: infos_out(p.nodes.iter()),
+            allocations: p.allocations.iter().map(|a| NomadAllocListStub::from(&**a)).collect(),
+            controllers_healthy: p.controllers_healthy(),
+            controllers_expected: p.controllers_expected(),
+            nodes_healthy: p.nodes_healthy(),
+            nodes_expected: p.nodes_expected(),
+            create_index: p.create_index,
+            modify_index: p.modify_index,
+        }
+    }
+}
+
+impl TryFrom<NomadCsiPlugin> for CsiPlugin {
+    type Error = ShapeError;
+
+    fn try_from(p: NomadCsiPlugin) -> Result<Self, ShapeError> {
+        let mut plugin = CsiPlugin::new(p.id.as_str(), p.create_index);
+        plugin.provider = p.provider;
+        plugin.version = p.version;
+        plugin.controller_required = p.controller_required;
+        plugin.controllers = instances(p.controllers)?;
+        plugin.nodes = instances(p.nodes)?;
+        plugin.allocations = p
+            .allocations
+            .into_iter()
+            .map(|a| Ok(schedstate::model::AllocListStub::new(Arc::new(a.try_into()?))))
+            .collect::<Result<_, ShapeError>>()?;
+        plugin.modify_index = p.modify_index;
+        Ok(plugin)
+    }
+}
+
+fn instances(map: BTreeMap<String, NomadCsiInfo>) -> Result<PluginInstances, ShapeError> {
+    let mut out = PluginInstances::new();
+    for (node, info) in infos_in(map)? {
+        out.insert(node, info);
+    }
+    Ok(out)
+}

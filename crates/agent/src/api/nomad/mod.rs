@@ -1,0 +1,54 @@
+//! Nomad's JSON shapes of the rows this store keeps, so that Nomad's own clients
+//! (its Go `api` package, python-nomad, the nomad CLI, Terraform) read a schedstate
+//! agent unchanged: `ID`, `NodeID`, `SchedulingEligibility`, `CSIControllerPlugins`,
+//! `ControllersHealthy`, RFC 3339 times, Nomad's enum spellings.
+//!
+//! Each shape converts from the store's model type and back without loss: every field
+//! the store has is carried (under Nomad's name where Nomad has one, a name in Nomad's
+//! style where it has none), so the agent's [`Client`](crate::Client) reads these
+//! shapes and hands the CLI the model types it always had. Fields Nomad has and the
+//! store does not (datacenters, resources, task states) are left out rather than
+//! invented; Nomad's clients take missing fields as empty. Server-assigned fields
+//! (`CreateIndex`, `ModifyIndex`) are optional in input.
+//!
+//! | file | shapes |
+//! |---|---|
+//! | `node.rs` | `Node`, `NodeListStub` |
+//! | `alloc.rs` | `Allocation`, `AllocListStub` |
+//! | `csi.rs` | `CSIInfo` (a plugin instance / fingerprint), `CSIPlugin`, `CSIPluginListStub` |
+//! | `volume.rs` | `CSIVolume`, `CSIVolumeListStub`, `CSIVolumeClaim` |
+//! | `time.rs` | Go's `time.Time` as RFC 3339 (the zero time for 0) |
+
+mod alloc;
+mod csi;
+mod node;
+mod time;
+mod volume;
+
+pub use alloc::{NomadAllocListStub, NomadAllocation};
+pub use csi::{NomadCsiInfo, NomadCsiPlugin, NomadCsiPluginListStub};
+pub use node::{NomadNode, NomadNodeListStub};
+pub use volume::{NomadCsiVolume, NomadCsiVolumeListStub};
+
+/// A Nomad shape that does not make a model row (a bad enum spelling, a time that is
+/// not RFC 3339).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ShapeError {
+    /// The field at fault.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ShapeError {
+    pub(crate) fn new(field: &'static str, reason: impl Into<String>) -> ShapeError {
+        ShapeError {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
