@@ -140,6 +140,7 @@ impl Agent {
             events,
             metrics: metrics.clone(),
             acl: config.acl,
+            region: config.region.clone(),
             cluster_key: config.cluster_key.clone(),
             dev: config.dev,
             gates: Gates::new(&config.limits),
@@ -153,6 +154,7 @@ impl Agent {
             dialer: dialer.clone(),
             tls: tls.clone(),
             handshake_failures: Default::default(),
+            last_contact: Default::default(),
             stopping: stopping.clone(),
             fatal: std::sync::OnceLock::new(),
         });

@@ -8,6 +8,7 @@ use schedstate::model::{Allocation, CsiPlugin, CsiVolume, Node};
 use schedstate::state::Command;
 use serde::de::DeserializeOwned;
 
+use crate::api::nomad::{NomadAllocation, NomadCsiPlugin, NomadCsiVolume, NomadNode, ShapeError};
 use crate::api::{
     AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, AgentSelf, ErrorBody,
     INDEX_HEADER, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration, TOKEN_HEADER,
@@ -401,9 +402,64 @@ impl Client {
         }
     }
 
-    /// `GET /v1/nodes`.
+    /// A read in a Nomad shape `W`, as the model type `M` (404: `None`).
+    async fn get_as<W, M>(
+        &self,
+        path: &str,
+        extra: &[(&str, &str)],
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<M>>, ClientError>
+    where
+        W: DeserializeOwned,
+        M: TryFrom<W, Error = ShapeError>,
+    {
+        let r = self.get::<W>(path, extra, opts).await?;
+        let value = r
+            .value
+            .map(|w| M::try_from(w).map_err(|e| self.shape_error(path, &e)))
+            .transpose()?;
+        Ok(Indexed {
+            value,
+            index: r.index,
+        })
+    }
+
+    /// A whole list (`?full`) in Nomad shape `W`, as model types `M`.
+    async fn list_as<W, M>(
+        &self,
+        path: &str,
+        extra: &[(&str, &str)],
+        opts: ReadOptions,
+    ) -> Result<Indexed<Vec<M>>, ClientError>
+    where
+        W: DeserializeOwned,
+        M: TryFrom<W, Error = ShapeError>,
+    {
+        let mut extra = extra.to_vec();
+        extra.push(("full", "true"));
+        let r = self.get_list::<Vec<W>>(path, &extra, opts).await?;
+        let value = r
+            .value
+            .into_iter()
+            .map(|w| M::try_from(w).map_err(|e| self.shape_error(path, &e)))
+            .collect::<Result<_, _>>()?;
+        Ok(Indexed {
+            value,
+            index: r.index,
+        })
+    }
+
+    fn shape_error(&self, path: &str, e: &ShapeError) -> ClientError {
+        ClientError::Decode {
+            url: format!("{}{path}", self.base),
+            reason: e.to_string(),
+        }
+    }
+
+    /// `GET /v1/nodes` (whole nodes: `?full`).
     pub async fn nodes(&self, opts: ReadOptions) -> Result<Indexed<Vec<Node>>, ClientError> {
-        self.get_list("/v1/nodes", &[], opts).await
+        self.list_as::<NomadNode, Node>("/v1/nodes", &[], opts)
+            .await
     }
 
     /// `GET /v1/node/<id>`.
@@ -412,8 +468,8 @@ impl Client {
         id: &str,
         opts: ReadOptions,
     ) -> Result<Indexed<Option<Node>>, ClientError> {
-        self.get(&format!("/v1/node/{}", path_segment(id)), &[], opts)
-            .await
+        let path = format!("/v1/node/{}", path_segment(id));
+        self.get_as::<NomadNode, Node>(&path, &[], opts).await
     }
 
     /// `GET /v1/node/<id>/allocations`.
@@ -422,12 +478,32 @@ impl Client {
         id: &str,
         opts: ReadOptions,
     ) -> Result<Indexed<Option<Vec<Allocation>>>, ClientError> {
-        self.get(
-            &format!("/v1/node/{}/allocations", path_segment(id)),
-            &[],
-            opts,
-        )
-        .await
+        let path = format!("/v1/node/{}/allocations", path_segment(id));
+        let r = self.get::<Vec<NomadAllocation>>(&path, &[], opts).await?;
+        let value = r
+            .value
+            .map(|list| {
+                list.into_iter()
+                    .map(|a| Allocation::try_from(a).map_err(|e| self.shape_error(&path, &e)))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(Indexed {
+            value,
+            index: r.index,
+        })
+    }
+
+    /// `GET /v1/allocations?namespace=` (every namespace when `None`; whole
+    /// allocations: `?full`).
+    pub async fn allocations(
+        &self,
+        namespace: Option<&str>,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Vec<Allocation>>, ClientError> {
+        let ns = namespace.unwrap_or("*");
+        self.list_as::<NomadAllocation, Allocation>("/v1/allocations", &[("namespace", ns)], opts)
+            .await
     }
 
     /// `GET /v1/allocation/<id>`.
@@ -436,16 +512,23 @@ impl Client {
         id: &str,
         opts: ReadOptions,
     ) -> Result<Indexed<Option<Allocation>>, ClientError> {
-        self.get(&format!("/v1/allocation/{}", path_segment(id)), &[], opts)
+        let path = format!("/v1/allocation/{}", path_segment(id));
+        self.get_as::<NomadAllocation, Allocation>(&path, &[], opts)
             .await
     }
 
-    /// `GET /v1/plugins`.
+    /// `GET /v1/plugins` (whole plugins, summed up as list rows).
     pub async fn plugins(
         &self,
         opts: ReadOptions,
     ) -> Result<Indexed<Vec<PluginListStub>>, ClientError> {
-        self.get_list("/v1/plugins", &[], opts).await
+        let r = self
+            .list_as::<NomadCsiPlugin, CsiPlugin>("/v1/plugins", &[], opts)
+            .await?;
+        Ok(Indexed {
+            value: r.value.iter().map(PluginListStub::of).collect(),
+            index: r.index,
+        })
     }
 
     /// `GET /v1/plugin/csi/<id>`: the plugin with its allocations filled in.
@@ -454,7 +537,8 @@ impl Client {
         id: &str,
         opts: ReadOptions,
     ) -> Result<Indexed<Option<CsiPlugin>>, ClientError> {
-        self.get(&format!("/v1/plugin/csi/{}", path_segment(id)), &[], opts)
+        let path = format!("/v1/plugin/csi/{}", path_segment(id));
+        self.get_as::<NomadCsiPlugin, CsiPlugin>(&path, &[], opts)
             .await
     }
 
@@ -466,14 +550,12 @@ impl Client {
         prefix: Option<&str>,
         opts: ReadOptions,
     ) -> Result<Indexed<Vec<CsiVolume>>, ClientError> {
-        let mut extra = Vec::new();
-        if let Some(ns) = namespace {
-            extra.push(("namespace", ns));
-        }
+        let mut extra = vec![("namespace", namespace.unwrap_or("*"))];
         if let Some(p) = prefix {
             extra.push(("prefix", p));
         }
-        self.get_list("/v1/volumes", &extra, opts).await
+        self.list_as::<NomadCsiVolume, CsiVolume>("/v1/volumes", &extra, opts)
+            .await
     }
 
     /// `GET /v1/volume/csi/<id>?namespace=`: denormalized, secrets redacted.
@@ -483,12 +565,9 @@ impl Client {
         id: &str,
         opts: ReadOptions,
     ) -> Result<Indexed<Option<CsiVolume>>, ClientError> {
-        self.get(
-            &format!("/v1/volume/csi/{}", path_segment(id)),
-            &[("namespace", namespace)],
-            opts,
-        )
-        .await
+        let path = format!("/v1/volume/csi/{}", path_segment(id));
+        self.get_as::<NomadCsiVolume, CsiVolume>(&path, &[("namespace", namespace)], opts)
+            .await
     }
 
     /// `POST /v1/commands`: proposes `command`, answers its index once it committed

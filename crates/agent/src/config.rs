@@ -128,6 +128,9 @@ pub struct AgentConfig {
     /// verify each other's certificates (mutual TLS, the server role name), which
     /// authenticates them as the cluster key does — either may be used, or both.
     pub tls: Option<TlsOptions>,
+    /// The region this cluster serves (Nomad's `region`; `global` by default): a
+    /// request naming another is refused, as Nomad refuses a region it has no path to.
+    pub region: String,
     /// Development mode: several servers without a cluster key (Raft RPCs accepted
     /// from anyone who can reach the port). Loopback addresses only; logged loudly.
     pub dev: bool,
@@ -156,6 +159,7 @@ impl AgentConfig {
             acl: true,
             cluster_key: None,
             tls: None,
+            region: crate::tls::DEFAULT_REGION.to_string(),
             dev: false,
             limits: Limits::default(),
             server: ServerOptions::default(),

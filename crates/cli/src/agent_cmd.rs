@@ -125,6 +125,7 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
     let mut config = AgentConfig::new(args.id, args.bind, args.data, peers);
     config.dev = args.dev;
     config.acl = !args.dev;
+    config.region = args.region.clone();
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
         let mut tls = TlsOptions::new(TlsFiles {
             cert,

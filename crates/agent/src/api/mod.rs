@@ -32,6 +32,16 @@ pub const TOKEN_HEADER: &str = "X-Schedstate-Token";
 /// Whether the server that answered knows a leader (`true`/`false`).
 pub const KNOWN_LEADER_HEADER: &str = "X-Schedstate-KnownLeader";
 
+/// The same under Nomad's name.
+pub const NOMAD_KNOWN_LEADER_HEADER: &str = "X-Nomad-KnownLeader";
+
+/// Milliseconds since the answering server last heard from the leader (0 on the
+/// leader), Nomad's header.
+pub const NOMAD_LAST_CONTACT_HEADER: &str = "X-Nomad-LastContact";
+
+/// On a paginated list: the `next_token` of the next page (absent on the last).
+pub const NOMAD_NEXT_TOKEN_HEADER: &str = "X-Nomad-NextToken";
+
 /// The largest request body the public API takes (a `Command`); more is 413.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
 

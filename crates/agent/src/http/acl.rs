@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 
 use super::body::{BodyRule, read_body};
 use super::error::ApiError;
-use super::query::{Checked, OperatorRead, Write};
+use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
 use crate::api::{AclBootstrapRequest, AclTokenRequest, AclTokenView};
@@ -93,7 +93,7 @@ fn created(st: &Service, index: u64, accessor: &str, secret: String, pretty: boo
 /// `POST /v1/acl/bootstrap`: needs no token, works once per cluster.
 pub(crate) async fn bootstrap(
     State(st): State<AppState>,
-    Checked(p, _): Checked<Write>,
+    Checked(p): Checked,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -153,7 +153,7 @@ fn expires_after(ttl: Duration) -> u64 {
 /// `POST /v1/acl/token`: a new token (management).
 pub(crate) async fn create(
     State(st): State<AppState>,
-    Checked(p, _): Checked<Write>,
+    Checked(p): Checked,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -199,10 +199,7 @@ pub(crate) async fn create(
 }
 
 /// `GET /v1/acl/tokens`: every token, without secrets (management).
-pub(crate) async fn list(
-    State(st): State<AppState>,
-    Checked(p, _): Checked<OperatorRead>,
-) -> Response {
+pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Response {
     if !st.acl {
         return acl_off().into_response();
     }
@@ -217,7 +214,7 @@ pub(crate) async fn list(
 pub(crate) async fn read(
     State(st): State<AppState>,
     Path(accessor): Path<String>,
-    Checked(p, _): Checked<OperatorRead>,
+    Checked(p): Checked,
 ) -> Response {
     if !st.acl {
         return acl_off().into_response();
@@ -240,7 +237,7 @@ pub(crate) async fn read(
 pub(crate) async fn own(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Checked(p, _): Checked<OperatorRead>,
+    Checked(p): Checked,
 ) -> Response {
     match caller.token {
         Some(t) => json(
@@ -258,7 +255,7 @@ pub(crate) async fn own(
 pub(crate) async fn revoke(
     State(st): State<AppState>,
     Path(accessor): Path<String>,
-    Checked(p, _): Checked<Write>,
+    Checked(p): Checked,
 ) -> Response {
     if !st.acl {
         return acl_off().into_response();

@@ -7,6 +7,8 @@
 //!   whose name was pointed at this server (DNS rebinding) — is refused (403
 //!   `CrossOrigin`): browsers mark their requests with `Origin` or `Sec-Fetch-Site`,
 //!   other clients send neither, so scripts and libraries are not affected;
+//!   A request naming another region than the agent's is refused (400
+//!   `NoPathToRegion`), as Nomad refuses a region it has no path to;
 //! - [`require`], per group of routes: the ACL token the request carries
 //!   (`X-Schedstate-Token`, `X-Nomad-Token` or `Authorization: Bearer`, the scheme in
 //!   any case) must be valid and hold the group's scope — 401 without one or with one
@@ -36,7 +38,28 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
     if let Err(e) = same_origin(req.headers()) {
         return e.into_response();
     }
+    if let Some(region) = asked_region(req.uri().query())
+        && region != st.region
+    {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "NoPathToRegion",
+            format!(
+                "No path to region {region:?}: this cluster serves {:?}",
+                st.region
+            ),
+        )
+        .into_response();
+    }
     next.run(req).await
+}
+
+/// The `region=` a request names, if any (empty: none, as Nomad's clients send it
+/// unconfigured).
+fn asked_region(query: Option<&str>) -> Option<String> {
+    form_urlencoded::parse(query?.as_bytes())
+        .find(|(k, v)| k == "region" && !v.is_empty())
+        .map(|(_, v)| v.into_owned())
 }
 
 /// What a group of routes needs: a valid token with a scope, or any valid token.

@@ -22,6 +22,8 @@ mod auth;
 mod body;
 mod consistency;
 mod error;
+mod filter_expr;
+mod listing;
 mod operator;
 mod peers;
 pub(crate) mod query;
@@ -46,7 +48,10 @@ pub(crate) use serve::{Connection, HandshakeFailures, serve};
 use auth::Need;
 use schedstate::model::AclScope;
 
-use crate::api::{INDEX_HEADER, KNOWN_LEADER_HEADER, NOMAD_INDEX_HEADER};
+use crate::api::{
+    INDEX_HEADER, KNOWN_LEADER_HEADER, NOMAD_INDEX_HEADER, NOMAD_KNOWN_LEADER_HEADER,
+    NOMAD_LAST_CONTACT_HEADER,
+};
 use crate::service::Service;
 
 pub(crate) type AppState = Arc<Service>;
@@ -82,19 +87,24 @@ pub(crate) fn json<T: Serialize + ?Sized>(
     resp
 }
 
-/// Adds `X-Schedstate-Index`, `X-Nomad-Index` and the known-leader header.
+/// Adds the index (`X-Schedstate-Index`, `X-Nomad-Index`), the known-leader headers
+/// (ours and Nomad's) and `X-Nomad-LastContact`: Nomad's Go client reads them in that
+/// order and stops at the first one missing.
 pub(crate) fn with_index(st: &Service, resp: &mut Response, index: u64) {
     let h = resp.headers_mut();
     let v = HeaderValue::from(index);
     h.insert(INDEX_HEADER, v.clone());
     h.insert(NOMAD_INDEX_HEADER, v);
+    let known = HeaderValue::from_static(if st.server.leader().is_some() {
+        "true"
+    } else {
+        "false"
+    });
+    h.insert(KNOWN_LEADER_HEADER, known.clone());
+    h.insert(NOMAD_KNOWN_LEADER_HEADER, known);
     h.insert(
-        KNOWN_LEADER_HEADER,
-        HeaderValue::from_static(if st.server.leader().is_some() {
-            "true"
-        } else {
-            "false"
-        }),
+        NOMAD_LAST_CONTACT_HEADER,
+        HeaderValue::from(st.last_contact_ms()),
     );
 }
 
@@ -108,6 +118,7 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/nodes", get(reads::nodes))
         .route("/v1/node/{id}", get(reads::node))
         .route("/v1/node/{id}/allocations", get(reads::node_allocations))
+        .route("/v1/allocations", get(reads::allocations))
         .route("/v1/allocation/{id}", get(reads::allocation))
         .route("/v1/plugins", get(reads::plugins))
         .route("/v1/plugin/csi/{id}", get(reads::plugin))

@@ -8,7 +8,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::query::{Checked, OperatorRead, SnapshotRead};
+use super::query::Checked;
 use super::{AppState, json, with_index};
 use crate::api::{RaftConfiguration, RaftServer};
 
@@ -30,7 +30,7 @@ pub(crate) async fn peers(State(st): State<AppState>) -> Response {
 
 pub(crate) async fn raft_configuration(
     State(st): State<AppState>,
-    Checked(p, _): Checked<OperatorRead>,
+    Checked(p): Checked,
 ) -> Response {
     let (nodes, voters) = st.server.members();
     let leader = st.server.leader();
@@ -101,7 +101,7 @@ impl std::io::Write for ChannelWriter {
 /// `GET /v1/operator/snapshot`: the state as a SCHEDSNP file, streamed from one O(1)
 /// version of the state while it is written (a slow reader holds a few pieces, never a
 /// copy of the whole). At most `snapshot_downloads` run at once (429 beyond).
-pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked<SnapshotRead>) -> Response {
+pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked) -> Response {
     let permit = match st.gates.snapshot_download() {
         Ok(p) => p,
         Err(r) => return ApiError::too_many(r.message(&st.limits)).into_response(),

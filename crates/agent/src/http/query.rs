@@ -1,8 +1,8 @@
-//! Query parameters, parsed strictly: each endpoint names the ones it takes, and an
-//! unknown one, a bad number or a bad duration is a 400 naming it — a typo must not
-//! silently turn a blocking query into an immediate one.
+//! Query parameters as Nomad takes them: the ones the agent uses are parsed (a bad
+//! number, duration or flag is a 400 naming it), any other is ignored — Nomad's
+//! clients send parameters the agent has no use for (`region` on every call, `stale`
+//! as `False`), and Nomad ignores what it does not use.
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 
 use super::error::ApiError;
 
-/// The parameters a read, a write or a stream may take.
+/// The parameters of a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Params {
     /// `index=N`: block until past N.
@@ -24,67 +24,48 @@ pub struct Params {
     pub stale: bool,
     /// `pretty`: indented JSON.
     pub pretty: bool,
-    /// `namespace=`.
+    /// `namespace=` (`*`: every namespace).
     pub namespace: Option<String>,
-    /// `prefix=`.
+    /// `region=`: must be the agent's.
+    pub region: Option<String>,
+    /// `prefix=`: ids starting with it.
     pub prefix: Option<String>,
+    /// `per_page=N`: a page of at most N items.
+    pub per_page: Option<usize>,
+    /// `next_token=`: the page starting at this item.
+    pub next_token: Option<String>,
+    /// `reverse`: the list in reverse order.
+    pub reverse: bool,
+    /// `filter=`: a go-bexpr expression over each item.
+    pub filter: Option<String>,
+    /// `full` (schedstate's own): lists answer whole objects, not Nomad's stubs.
+    pub full: bool,
+    /// `format=prometheus` on `/v1/metrics`.
+    pub format: Option<String>,
     /// `topic=` (may repeat).
     pub topics: Vec<String>,
+    /// `force` on a deregistration.
+    pub force: bool,
 }
 
-/// What every read takes.
-pub const READ: &[&str] = &["index", "wait", "stale", "pretty"];
+/// The query parameters of a request, parsed; a handler that takes a `Checked` runs
+/// only when they are valid; otherwise the 400 that names the problem is answered
+/// before it.
+pub struct Checked(pub Params);
 
-/// The parameters one kind of endpoint takes (a marker type per list).
-pub trait Allowed {
-    /// The keys; any other is refused.
-    const KEYS: &'static [&'static str];
-}
-
-macro_rules! allowed {
-    ($($(#[$doc:meta])* $name:ident = $keys:expr;)*) => {$(
-        $(#[$doc])*
-        pub enum $name {}
-        impl Allowed for $name {
-            const KEYS: &'static [&'static str] = $keys;
-        }
-    )*};
-}
-
-allowed! {
-    /// A read: `index`, `wait`, `stale`, `pretty`.
-    Read = READ;
-    /// The volume list: a read's, `namespace` and `prefix`.
-    VolumeList = &["index", "wait", "stale", "pretty", "namespace", "prefix"];
-    /// One volume: a read's and `namespace`.
-    VolumeRead = &["index", "wait", "stale", "pretty", "namespace"];
-    /// A write: `pretty`.
-    Write = &["pretty"];
-    /// The event stream: `index` and `topic` (repeatable).
-    EventStream = &["index", "topic"];
-    /// An operator read answered as JSON: `pretty`, `stale`.
-    OperatorRead = &["pretty", "stale"];
-    /// The snapshot download: `stale`.
-    SnapshotRead = &["stale"];
-}
-
-/// The query parameters of a request, parsed with the keys `A` allows: a handler
-/// that takes a `Checked<A>` runs only when they are valid; otherwise the 400 that
-/// names the problem is answered before it.
-pub struct Checked<A>(pub Params, pub PhantomData<A>);
-
-impl<A: Allowed, S: Send + Sync> FromRequestParts<S> for Checked<A> {
+impl<S: Send + Sync> FromRequestParts<S> for Checked {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        parse(parts.uri.query(), A::KEYS).map(|p| Checked(p, PhantomData))
+        parse(parts.uri.query()).map(Checked)
     }
 }
 
+/// A boolean as Go's `strconv.ParseBool` reads it (and a bare key as true).
 fn flag(key: &str, value: &str) -> Result<bool, ApiError> {
     match value {
-        "" | "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
+        "" | "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
         _ => Err(ApiError::bad_request(format!(
             "{key}={value:?}: expected no value, true or false"
         ))),
@@ -100,35 +81,46 @@ fn duration(value: &str) -> Result<Duration, ApiError> {
     })
 }
 
-/// Parses `raw` (the query string), allowing only `allowed` keys.
+fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ApiError> {
+    value
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("{key}={value:?}: not a non-negative integer")))
+}
+
+/// Parses `raw` (the query string).
 ///
 /// # Errors
-/// 400 naming the first unknown key or bad value.
-pub fn parse(raw: Option<&str>, allowed: &[&str]) -> Result<Params, ApiError> {
+/// 400 naming the first bad value of a parameter the agent uses.
+pub fn parse(raw: Option<&str>) -> Result<Params, ApiError> {
     let mut p = Params::default();
     let Some(raw) = raw else {
         return Ok(p);
     };
     for (key, value) in form_urlencoded::parse(raw.as_bytes()) {
-        if !allowed.contains(&&*key) {
-            return Err(ApiError::bad_request(format!(
-                "unknown query parameter {key:?} (this endpoint takes: {})",
-                allowed.join(", ")
-            )));
-        }
         match &*key {
             "index" => {
                 p.has_index = true;
-                p.index = value.parse().map_err(|_| {
-                    ApiError::bad_request(format!("index={value:?}: not a non-negative integer"))
-                })?;
+                p.index = number(&key, &value)?;
             }
             "wait" => p.wait = Some(duration(&value)?),
             "stale" => p.stale = flag(&key, &value)?,
             "pretty" => p.pretty = flag(&key, &value)?,
+            "reverse" => p.reverse = flag(&key, &value)?,
+            "full" => p.full = flag(&key, &value)?,
+            "force" | "purge" => p.force = flag(&key, &value)?,
             "namespace" => p.namespace = Some(value.into_owned()),
+            "region" => p.region = Some(value.into_owned()),
             "prefix" => p.prefix = Some(value.into_owned()),
+            "per_page" => {
+                let n: usize = number(&key, &value)?;
+                p.per_page = (n > 0).then_some(n);
+            }
+            "next_token" => p.next_token = Some(value.into_owned()).filter(|t| !t.is_empty()),
+            "filter" => p.filter = Some(value.into_owned()).filter(|f| !f.trim().is_empty()),
+            "format" => p.format = Some(value.into_owned()),
             "topic" => p.topics.push(value.into_owned()),
+            // What Nomad's clients send and the agent has no use for (`type=csi`,
+            // `resources`, `task_states`, …): ignored, as Nomad ignores it.
             _ => {}
         }
     }
@@ -141,21 +133,30 @@ mod tests {
 
     #[test]
     fn known_parameters_parse() {
-        let p = parse(Some("index=7&wait=1m30s&stale&pretty=true"), READ).unwrap();
+        let p = parse(Some(
+            "index=7&wait=1m30s&stale&pretty=true&per_page=2&next_token=n3&reverse=1&region=global",
+        ))
+        .unwrap();
         assert_eq!(p.index, 7);
         assert_eq!(p.wait, Some(Duration::from_secs(90)));
-        assert!(p.stale && p.pretty);
+        assert!(p.stale && p.pretty && p.reverse);
+        assert_eq!((p.per_page, p.next_token.as_deref()), (Some(2), Some("n3")));
+        assert_eq!(p.region.as_deref(), Some("global"));
+        // python-nomad sends booleans as Python spells them.
+        assert!(!parse(Some("stale=False")).unwrap().stale);
+        assert!(parse(Some("stale=True")).unwrap().stale);
     }
 
     #[test]
-    fn bad_parameters_are_named() {
-        let e = parse(Some("idx=7"), READ).unwrap_err();
-        assert!(e.body.message.contains("\"idx\""), "{}", e.body.message);
-        let e = parse(Some("index=-1"), READ).unwrap_err();
+    fn unknown_parameters_are_ignored_and_bad_values_named() {
+        assert_eq!(parse(Some("type=csi&idx=7")).unwrap(), Params::default());
+        let e = parse(Some("index=-1")).unwrap_err();
         assert!(e.body.message.contains("index="), "{}", e.body.message);
-        let e = parse(Some("wait=30"), READ).unwrap_err();
+        let e = parse(Some("wait=30")).unwrap_err();
         assert!(e.body.message.contains("wait="), "{}", e.body.message);
-        let e = parse(Some("stale=maybe"), READ).unwrap_err();
+        let e = parse(Some("stale=maybe")).unwrap_err();
         assert!(e.body.message.contains("stale="), "{}", e.body.message);
+        let e = parse(Some("per_page=many")).unwrap_err();
+        assert!(e.body.message.contains("per_page="), "{}", e.body.message);
     }
 }

@@ -121,6 +121,8 @@ async fn answer(
     let answer = answer_rpc(&st.server, request)
         .await
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "RaftRpcRefused", e.to_string()))?;
+    // A server heard from: what `X-Nomad-LastContact` measures on a follower.
+    *st.last_contact.lock() = Some(std::time::Instant::now());
     let bytes = answer.encode().map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

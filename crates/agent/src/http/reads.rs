@@ -1,12 +1,16 @@
-//! The reads: each one a blocking query over the store on this server (the guard in
-//! front already made it consistent, or it asked for `?stale`). A read answers with
-//! the largest table index of the tables it read, and waits on exactly the rows and
-//! ranges it read: a write elsewhere wakes nothing.
+//! The reads, in Nomad's shapes (`api::nomad`): each one a blocking query over the
+//! store on this server (the guard in front already made it consistent, or it asked
+//! for `?stale`). A read of one node or allocation answers with its modify index; any
+//! other with the largest table index of the tables it read; each waits on exactly the
+//! rows and ranges it read: a write elsewhere wakes nothing. Lists take Nomad's
+//! `prefix`, `filter`, `reverse`, `per_page`/`next_token` (`listing.rs`) and, for
+//! allocations and volumes, `namespace` (`default` unless named; `*` for all); they
+//! answer Nomad's list stubs, or whole objects with schedstate's `?full`.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::QueryOptions;
 use schedstate::model::CsiVolume;
@@ -14,9 +18,14 @@ use schedstate::state::{StateView, Table};
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::query::{Checked, Params, Read, VolumeList, VolumeRead};
+use super::listing::Listing;
+use super::query::{Checked, Params};
 use super::{AppState, json};
-use crate::api::{PluginListStub, redact};
+use crate::api::nomad::{
+    NomadAllocListStub, NomadAllocation, NomadCsiPlugin, NomadCsiPluginListStub, NomadCsiVolume,
+    NomadCsiVolumeListStub, NomadNode, NomadNodeListStub,
+};
+use crate::api::{NOMAD_NEXT_TOKEN_HEADER, redact};
 use crate::service::Service;
 
 /// A waiting blocking query: counted in the metrics and against the limit while it
@@ -50,13 +59,17 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// What a read found: the value (`None`: 404) and, for a page of a list, the token
+/// of the next page.
+type Found<T> = (u64, Option<T>, Option<String>);
+
 /// Runs `read` as a blocking query with the request's `index` and `wait`; `None`
 /// from it is a 404 of `missing`.
 async fn blocking<T: Serialize>(
     st: &Service,
     p: &Params,
     missing: impl Fn() -> ApiError,
-    mut read: impl FnMut(StateView<'_>) -> (u64, Option<T>),
+    mut read: impl FnMut(StateView<'_>) -> Found<T>,
 ) -> Response {
     let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
     let opts = QueryOptions::new(p.index, wait);
@@ -65,11 +78,17 @@ async fn blocking<T: Serialize>(
         Err(e) => return e.into_response(),
     };
     let mut stopping = st.stopping.clone();
+    let mut next_token = None;
     let answered = {
-        let query = st
-            .server
-            .reader()
-            .blocking_query_async(opts, tokio::time::sleep, &mut read);
+        let query = st.server.reader().blocking_query_async(
+            opts,
+            tokio::time::sleep,
+            |v: StateView<'_>| {
+                let (index, value, next) = read(v);
+                next_token = next;
+                (index, value)
+            },
+        );
         tokio::select! {
             a = query => Some((a.index, a.value)),
             // The agent is stopping: answer now with what is there.
@@ -78,10 +97,20 @@ async fn blocking<T: Serialize>(
     };
     let (index, value) = match answered {
         Some(a) => a,
-        None => read(st.server.read_stale().view()),
+        None => {
+            let (index, value, next) = read(st.server.read_stale().view());
+            next_token = next;
+            (index, value)
+        }
     };
     match value {
-        Some(value) => json(st, StatusCode::OK, index, &value, p.pretty),
+        Some(value) => {
+            let mut resp = json(st, StatusCode::OK, index, &value, p.pretty);
+            if let Some(token) = next_token.and_then(|t| HeaderValue::from_str(&t).ok()) {
+                resp.headers_mut().insert(NOMAD_NEXT_TOKEN_HEADER, token);
+            }
+            resp
+        }
         None => {
             let mut resp = missing().into_response();
             super::with_index(st, &mut resp, index);
@@ -94,10 +123,49 @@ fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
     tables.iter().map(|t| v.table_index(*t)).max().unwrap_or(0)
 }
 
-pub(crate) async fn nodes(State(st): State<AppState>, Checked(p, _): Checked<Read>) -> Response {
+/// A list item in Nomad's stub shape, or whole with `?full` (schedstate's own
+/// parameter, which its client and CLI use).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Item<S, F> {
+    Stub(S),
+    Full(F),
+}
+
+fn listing(p: &Params) -> Result<Listing, Response> {
+    Listing::of(p).map_err(IntoResponse::into_response)
+}
+
+/// The namespaces a list covers: `None` for every one (`*`), else the one asked
+/// (`default` when none is).
+fn namespace_of(p: &Params) -> Option<String> {
+    match p.namespace.as_deref() {
+        Some("*") => None,
+        Some(ns) if !ns.is_empty() => Some(ns.to_string()),
+        _ => Some("default".to_string()),
+    }
+}
+
+pub(crate) async fn nodes(State(st): State<AppState>, Checked(p): Checked) -> Response {
+    let list = match listing(&p) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let full = p.full;
     blocking(&st, &p, unreachable_missing, |v| {
-        let nodes: Vec<_> = v.nodes().collect();
-        (v.table_index(Table::Nodes), Some(nodes))
+        let page = list.cut(v.nodes().map(|n| {
+            let item = if full {
+                Item::Full(NomadNode::from(&*n))
+            } else {
+                Item::Stub(NomadNodeListStub::from(&*n))
+            };
+            (n.id.to_string(), n.id.to_string(), item)
+        }));
+        (
+            v.table_index(Table::Nodes),
+            Some(page.items),
+            page.next_token,
+        )
     })
     .await
 }
@@ -113,13 +181,19 @@ fn unreachable_missing() -> ApiError {
 pub(crate) async fn node(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    Checked(p, _): Checked<Read>,
+    Checked(p): Checked,
 ) -> Response {
     blocking(
         &st,
         &p,
         || ApiError::not_found("NodeNotFound", format!("node {id:?} not found")),
-        |v| (v.table_index(Table::Nodes), v.node(&id)),
+        // A node answers with its own modify index (as Nomad does), so a client that
+        // blocks with it is woken by a change of this node only; once it is gone,
+        // with the table's.
+        |v| match v.node(&id) {
+            Some(n) => (n.modify_index, Some(NomadNode::from(&*n)), None),
+            None => (v.table_index(Table::Nodes), None, None),
+        },
     )
     .await
 }
@@ -127,44 +201,95 @@ pub(crate) async fn node(
 pub(crate) async fn node_allocations(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    Checked(p, _): Checked<Read>,
+    Checked(p): Checked,
 ) -> Response {
     blocking(
         &st,
         &p,
         || ApiError::not_found("NodeNotFound", format!("node {id:?} not found")),
         |v| {
-            let allocs: Vec<_> = v.allocs_by_node(&id).collect();
+            let allocs: Vec<NomadAllocation> = v
+                .allocs_by_node(&id)
+                .map(|a| NomadAllocation::from(&*a))
+                .collect();
             // A node that is gone but still has allocations lists them, as Nomad
             // does; one that never was is a 404.
             let known = !allocs.is_empty() || v.node(&id).is_some();
             (
                 index_of(&v, &[Table::Allocs, Table::Nodes]),
                 known.then_some(allocs),
+                None,
             )
         },
     )
     .await
 }
 
+pub(crate) async fn allocations(State(st): State<AppState>, Checked(p): Checked) -> Response {
+    let list = match listing(&p) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let (full, namespace) = (p.full, namespace_of(&p));
+    blocking(&st, &p, unreachable_missing, |v| {
+        let page = list.cut(
+            v.allocs()
+                .filter(|a| namespace.as_deref().is_none_or(|ns| *a.namespace == *ns))
+                .map(|a| {
+                    let item = if full {
+                        Item::Full(NomadAllocation::from(&*a))
+                    } else {
+                        Item::Stub(NomadAllocListStub::from(&*a))
+                    };
+                    (a.id.to_string(), a.id.to_string(), item)
+                }),
+        );
+        (
+            v.table_index(Table::Allocs),
+            Some(page.items),
+            page.next_token,
+        )
+    })
+    .await
+}
+
 pub(crate) async fn allocation(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    Checked(p, _): Checked<Read>,
+    Checked(p): Checked,
 ) -> Response {
     blocking(
         &st,
         &p,
         || ApiError::not_found("AllocationNotFound", format!("allocation {id:?} not found")),
-        |v| (v.table_index(Table::Allocs), v.alloc(&id)),
+        |v| match v.alloc(&id) {
+            Some(a) => (a.modify_index, Some(NomadAllocation::from(&*a)), None),
+            None => (v.table_index(Table::Allocs), None, None),
+        },
     )
     .await
 }
 
-pub(crate) async fn plugins(State(st): State<AppState>, Checked(p, _): Checked<Read>) -> Response {
+pub(crate) async fn plugins(State(st): State<AppState>, Checked(p): Checked) -> Response {
+    let list = match listing(&p) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
+    let full = p.full;
     blocking(&st, &p, unreachable_missing, |v| {
-        let rows: Vec<PluginListStub> = v.csi_plugins().map(|p| PluginListStub::of(&p)).collect();
-        (v.table_index(Table::CsiPlugins), Some(rows))
+        let page = list.cut(v.csi_plugins().map(|plugin| {
+            let item = if full {
+                Item::Full(NomadCsiPlugin::from(&*plugin))
+            } else {
+                Item::Stub(NomadCsiPluginListStub::from(&*plugin))
+            };
+            (plugin.id.to_string(), plugin.id.to_string(), item)
+        }));
+        (
+            v.table_index(Table::CsiPlugins),
+            Some(page.items),
+            page.next_token,
+        )
     })
     .await
 }
@@ -172,28 +297,33 @@ pub(crate) async fn plugins(State(st): State<AppState>, Checked(p, _): Checked<R
 pub(crate) async fn plugin(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    Checked(p, _): Checked<Read>,
+    Checked(p): Checked,
 ) -> Response {
     blocking(
         &st,
         &p,
         || ApiError::not_found("PluginNotFound", format!("CSI plugin {id:?} not found")),
+        // Denormalized from the allocations too: the index of both tables, so a
+        // change of an allocation it lists wakes it.
         |v| {
             (
                 index_of(&v, &[Table::CsiPlugins, Table::Allocs]),
-                v.csi_plugin_denormalized(&id),
+                v.csi_plugin_denormalized(&id)
+                    .map(|p| NomadCsiPlugin::from(&p)),
+                None,
             )
         },
     )
     .await
 }
 
-pub(crate) async fn volumes(
-    State(st): State<AppState>,
-    Checked(p, _): Checked<VolumeList>,
-) -> Response {
+pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> Response {
+    let list = match listing(&p) {
+        Ok(l) => l,
+        Err(r) => return r,
+    };
     let prefix = p.prefix.clone().unwrap_or_default();
-    let namespace = p.namespace.clone();
+    let (full, namespace) = (p.full, namespace_of(&p));
     blocking(&st, &p, unreachable_missing, |v| {
         let stored: Vec<Arc<CsiVolume>> = match &namespace {
             Some(ns) => v.csi_volumes_by_prefix(ns, &prefix).collect(),
@@ -204,17 +334,24 @@ pub(crate) async fn volumes(
                 all
             }
         };
-        let out: Vec<CsiVolume> = stored
-            .iter()
-            .map(|vol| {
-                let mut d = v.denormalize_csi_volume(vol);
-                redact(&mut d);
-                d
-            })
-            .collect();
+        let page = list.cut(stored.iter().map(|vol| {
+            let mut d = v.denormalize_csi_volume(vol);
+            redact(&mut d);
+            let item = if full {
+                Item::Full(NomadCsiVolume::from(&d))
+            } else {
+                Item::Stub(NomadCsiVolumeListStub::from(&d))
+            };
+            (
+                vol.id.to_string(),
+                format!("{}/{}", vol.namespace, vol.id),
+                item,
+            )
+        }));
         (
             index_of(&v, &[Table::CsiVolumes, Table::CsiPlugins, Table::Allocs]),
-            Some(out),
+            Some(page.items),
+            page.next_token,
         )
     })
     .await
@@ -223,9 +360,9 @@ pub(crate) async fn volumes(
 pub(crate) async fn volume(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    Checked(p, _): Checked<VolumeRead>,
+    Checked(p): Checked,
 ) -> Response {
-    let namespace = p.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let namespace = namespace_of(&p).unwrap_or_else(|| "default".to_string());
     blocking(
         &st,
         &p,
@@ -238,11 +375,12 @@ pub(crate) async fn volume(
         |v| {
             let found = v.csi_volume_denormalized(&namespace, &id).map(|mut d| {
                 redact(&mut d);
-                d
+                NomadCsiVolume::from(&d)
             });
             (
                 index_of(&v, &[Table::CsiVolumes, Table::CsiPlugins, Table::Allocs]),
                 found,
+                None,
             )
         },
     )

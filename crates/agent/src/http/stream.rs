@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 
 use super::error::ApiError;
-use super::query::{Checked, EventStream};
+use super::query::Checked;
 use super::{AppState, with_index};
 use crate::api::ErrorBody;
 use crate::events::{EventBuffer, Since, TopicFilter};
@@ -140,7 +140,7 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
 pub(crate) async fn events(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Checked(p, _): Checked<EventStream>,
+    Checked(p): Checked,
 ) -> Response {
     let mut filter = TopicFilter::default();
     for t in &p.topics {

@@ -19,7 +19,7 @@ use schedstate::state::Command;
 
 use super::body::{BodyRule, read_body};
 use super::error::ApiError;
-use super::query::{Checked, Write};
+use super::query::Checked;
 use super::{AppState, json};
 use crate::api::WriteResponse;
 use crate::service::Service;
@@ -49,7 +49,7 @@ async fn read_command(st: &Service, headers: &HeaderMap, body: Body) -> Result<C
 
 pub(crate) async fn command(
     State(st): State<AppState>,
-    Checked(p, _): Checked<Write>,
+    Checked(p): Checked,
     headers: HeaderMap,
     body: Body,
 ) -> Response {

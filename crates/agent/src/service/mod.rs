@@ -31,6 +31,8 @@ pub(crate) struct Service {
     pub metrics: Arc<Metrics>,
     /// Whether requests need an ACL token (off only in `--dev`).
     pub acl: bool,
+    /// The region this cluster serves.
+    pub region: String,
     /// The servers' key; `None` refuses every Raft RPC unless `dev`.
     pub cluster_key: Option<ClusterKey>,
     /// Raft RPCs accepted without a key (loopback only, by configuration).
@@ -51,6 +53,8 @@ pub(crate) struct Service {
     pub tls: Option<Tls>,
     /// TLS handshake failures, for rate-limited logging.
     pub handshake_failures: HandshakeFailures,
+    /// When this server last answered a Raft RPC (from the leader, on a follower).
+    pub last_contact: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl Service {
@@ -58,6 +62,17 @@ impl Service {
     /// logged, never voted.
     pub fn is_fresh(&self) -> bool {
         is_fresh(&self.server)
+    }
+
+    /// Milliseconds since this server last heard from the leader: 0 on the leader,
+    /// as Nomad's `X-Nomad-LastContact` says it.
+    pub fn last_contact_ms(&self) -> u64 {
+        if self.server.is_leader() {
+            return 0;
+        }
+        self.last_contact.lock().map_or(0, |t| {
+            u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
+        })
     }
 
     /// This agent's own status.

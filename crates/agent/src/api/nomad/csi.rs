@@ -9,9 +9,9 @@ use schedstate::model::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::ShapeError;
 use super::alloc::NomadAllocListStub;
 use super::time::{from_rfc3339, to_rfc3339};
-use super::ShapeError;
 
 /// Nomad's `CSIInfo`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,7 +246,11 @@ impl From<&CsiPlugin> for NomadCsiPlugin {
             controller_required: p.controller_required,
             controllers: infos_out(p.controllers.iter()),
             nodes: infos_out(p.nodes.iter()),
-            allocations: p.allocations.iter().map(|a| NomadAllocListStub::from(&**a)).collect(),
+            allocations: p
+                .allocations
+                .iter()
+                .map(|a| NomadAllocListStub::from(&**a))
+                .collect(),
             controllers_healthy: p.controllers_healthy(),
             controllers_expected: p.controllers_expected(),
             nodes_healthy: p.nodes_healthy(),
@@ -270,7 +274,11 @@ impl TryFrom<NomadCsiPlugin> for CsiPlugin {
         plugin.allocations = p
             .allocations
             .into_iter()
-            .map(|a| Ok(schedstate::model::AllocListStub::new(Arc::new(a.try_into()?))))
+            .map(|a| {
+                Ok(schedstate::model::AllocListStub::new(Arc::new(
+                    a.try_into()?,
+                )))
+            })
             .collect::<Result<_, ShapeError>>()?;
         plugin.modify_index = p.modify_index;
         Ok(plugin)

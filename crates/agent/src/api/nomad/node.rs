@@ -68,9 +68,8 @@ impl TryFrom<NomadNode> for Node {
     type Error = ShapeError;
 
     fn try_from(n: NomadNode) -> Result<Self, ShapeError> {
-        let fingerprints = |map| -> Result<Fingerprints, ShapeError> {
-            Ok(infos_in(map)?.into_iter().collect())
-        };
+        let fingerprints =
+            |map| -> Result<Fingerprints, ShapeError> { Ok(infos_in(map)?.into_iter().collect()) };
         Ok(Node {
             id: n.id.into(),
             name: n.name,

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use schedstate::model::{
     AllocListStub, Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiMountOptions,
-    CsiNodeInfo, CsiPlugin, CsiTopology, CsiVolume, CsiVolumeAccessMode,
-    CsiVolumeAttachmentMode, CsiVolumeCapability, CsiVolumeClaim, CsiVolumeClaimMode,
-    CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus, Node, NodeStatus,
+    CsiNodeInfo, CsiPlugin, CsiTopology, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode,
+    CsiVolumeCapability, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest,
+    DesiredStatus, Node, NodeStatus,
 };
 use serde_json::json;
 
@@ -128,7 +128,11 @@ fn volume() -> CsiVolume {
     );
     v.past_claims.insert(
         "a0".into(),
-        claim("a0", CsiVolumeClaimMode::Gc, CsiVolumeClaimState::Unpublishing),
+        claim(
+            "a0",
+            CsiVolumeClaimMode::Gc,
+            CsiVolumeClaimState::Unpublishing,
+        ),
     );
     v.controller_required = true;
     v.controllers_healthy = 1;
@@ -146,7 +150,8 @@ fn plugin() -> CsiPlugin {
     p.provider = "ebs.csi.aws.com".into();
     p.version = "1.25.0".into();
     p.controller_required = true;
-    p.controllers.insert("n2".into(), Arc::new(controller_info()));
+    p.controllers
+        .insert("n2".into(), Arc::new(controller_info()));
     p.nodes.insert("n1".into(), Arc::new(node_info()));
     let mut stub = alloc();
     stub.csi_volume_requests.clear();
@@ -188,7 +193,10 @@ fn a_node_reads_as_nomad_writes_it() {
     assert_eq!(json["Status"], "down");
     assert_eq!(json["Drain"], true);
     assert_eq!(json["SchedulingEligibility"], "ineligible");
-    assert_eq!((json["CreateIndex"].clone(), json["ModifyIndex"].clone()), (json!(3), json!(9)));
+    assert_eq!(
+        (json["CreateIndex"].clone(), json["ModifyIndex"].clone()),
+        (json!(3), json!(9))
+    );
     assert_eq!(fp["PluginID"], "ebs");
     assert_eq!(fp["AllocID"], "alloc-1");
     assert_eq!(fp["Healthy"], false);
@@ -196,7 +204,10 @@ fn a_node_reads_as_nomad_writes_it() {
     assert_eq!(fp["ProviderVersion"], "1.25.0");
     assert_eq!(fp["UpdateTime"], "2025-12-03T22:13:20.123456789Z");
     assert_eq!(fp["NodeInfo"]["MaxVolumes"], 25);
-    assert_eq!(fp["NodeInfo"]["AccessibleTopology"]["Segments"]["zone"], "eu-west-1a");
+    assert_eq!(
+        fp["NodeInfo"]["AccessibleTopology"]["Segments"]["zone"],
+        "eu-west-1a"
+    );
     assert_eq!(
         json["CSIControllerPlugins"]["ebs"]["ControllerInfo"]["SupportsAttachDetach"],
         true
@@ -210,7 +221,10 @@ fn a_node_reads_as_nomad_writes_it() {
 fn volumes_claims_and_modes_read_as_nomad_spells_them() {
     let json = serde_json::to_value(NomadCsiVolume::from(&volume())).unwrap();
     assert_eq!(json["AccessMode"], "multi-node-multi-writer");
-    assert_eq!(json["RequestedCapabilities"][0]["AttachmentMode"], "block-device");
+    assert_eq!(
+        json["RequestedCapabilities"][0]["AttachmentMode"],
+        "block-device"
+    );
     assert_eq!(json["ReadAllocs"], json!({"a1": null}));
     assert_eq!(json["WriteClaims"]["a2"]["Mode"], 1);
     assert_eq!(json["PastClaims"]["a0"]["State"], 4);
@@ -222,7 +236,13 @@ fn volumes_claims_and_modes_read_as_nomad_spells_them() {
     assert_eq!(json["AccessMode"], "");
     assert_eq!(json["AttachmentMode"], "");
     let stub = serde_json::to_value(NomadCsiVolumeListStub::from(&volume())).unwrap();
-    assert_eq!((stub["CurrentReaders"].clone(), stub["CurrentWriters"].clone()), (json!(1), json!(1)));
+    assert_eq!(
+        (
+            stub["CurrentReaders"].clone(),
+            stub["CurrentWriters"].clone()
+        ),
+        (json!(1), json!(1))
+    );
     let p = serde_json::to_value(NomadCsiPluginListStub::from(&plugin())).unwrap();
     assert_eq!(p["ControllersHealthy"], 1);
     assert_eq!(p["NodesExpected"], 1);
@@ -230,19 +250,20 @@ fn volumes_claims_and_modes_read_as_nomad_spells_them() {
 
 #[test]
 fn input_needs_no_indexes_and_bad_spellings_are_named() {
-    let n: NomadNode =
-        serde_json::from_value(json!({"ID": "n1", "Status": "ready"})).unwrap();
+    let n: NomadNode = serde_json::from_value(json!({"ID": "n1", "Status": "ready"})).unwrap();
     let n = Node::try_from(n).unwrap();
     assert!(n.eligible && n.create_index == 0);
     let bad: NomadNode = serde_json::from_value(
         json!({"ID": "n1", "Status": "ready", "SchedulingEligibility": "maybe"}),
     )
     .unwrap();
-    assert_eq!(Node::try_from(bad).unwrap_err().field, "SchedulingEligibility");
-    let zero: NomadCsiInfo = serde_json::from_value(
-        json!({"PluginID": "p", "UpdateTime": "0001-01-01T00:00:00Z"}),
-    )
-    .unwrap();
+    assert_eq!(
+        Node::try_from(bad).unwrap_err().field,
+        "SchedulingEligibility"
+    );
+    let zero: NomadCsiInfo =
+        serde_json::from_value(json!({"PluginID": "p", "UpdateTime": "0001-01-01T00:00:00Z"}))
+            .unwrap();
     assert_eq!(CsiInfo::try_from(zero).unwrap().update_time, 0);
     let bad_time: NomadCsiInfo =
         serde_json::from_value(json!({"PluginID": "p", "UpdateTime": "yesterday"})).unwrap();

@@ -26,6 +26,5 @@ pub fn from_rfc3339(field: &'static str, s: &str) -> Result<u64, ShapeError> {
     let t = humantime::parse_rfc3339_weak(s)
         .map_err(|e| ShapeError::new(field, format!("not an RFC 3339 UTC time: {e}")))?;
     let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since.as_nanos())
-        .map_err(|_| ShapeError::new(field, "after the year 2554"))
+    u64::try_from(since.as_nanos()).map_err(|_| ShapeError::new(field, "after the year 2554"))
 }

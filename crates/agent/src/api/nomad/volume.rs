@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use schedstate::model::{
-    CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode,
-    CsiVolumeCapability, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, Id,
+    CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
+    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, Id,
 };
 use serde::{Deserialize, Serialize};
 
@@ -329,8 +329,16 @@ impl TryFrom<NomadCsiVolume> for CsiVolume {
         out.context = v.context;
         out.access_mode = access_in("AccessMode", &v.access_mode)?;
         out.attachment_mode = attachment_in("AttachmentMode", &v.attachment_mode)?;
-        out.read_allocs = v.read_allocs.into_keys().map(|k| Id::from(k.as_str())).collect();
-        out.write_allocs = v.write_allocs.into_keys().map(|k| Id::from(k.as_str())).collect();
+        out.read_allocs = v
+            .read_allocs
+            .into_keys()
+            .map(|k| Id::from(k.as_str()))
+            .collect();
+        out.write_allocs = v
+            .write_allocs
+            .into_keys()
+            .map(|k| Id::from(k.as_str()))
+            .collect();
         out.read_claims = claims_in(v.read_claims)?;
         out.write_claims = claims_in(v.write_claims)?;
         out.past_claims = claims_in(v.past_claims)?;
