@@ -132,10 +132,6 @@ enum Item<S, F> {
     Full(F),
 }
 
-fn listing(p: &Params) -> Result<Listing, Response> {
-    Listing::of(p).map_err(IntoResponse::into_response)
-}
-
 /// The namespaces a list covers: `None` for every one (`*`), else the one asked
 /// (`default` when none is).
 fn namespace_of(p: &Params) -> Option<String> {
@@ -147,9 +143,9 @@ fn namespace_of(p: &Params) -> Option<String> {
 }
 
 pub(crate) async fn nodes(State(st): State<AppState>, Checked(p): Checked) -> Response {
-    let list = match listing(&p) {
+    let list = match Listing::of(&p) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let full = p.full;
     blocking(&st, &p, unreachable_missing, |v| {
@@ -226,9 +222,9 @@ pub(crate) async fn node_allocations(
 }
 
 pub(crate) async fn allocations(State(st): State<AppState>, Checked(p): Checked) -> Response {
-    let list = match listing(&p) {
+    let list = match Listing::of(&p) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
     blocking(&st, &p, unreachable_missing, |v| {
@@ -271,9 +267,9 @@ pub(crate) async fn allocation(
 }
 
 pub(crate) async fn plugins(State(st): State<AppState>, Checked(p): Checked) -> Response {
-    let list = match listing(&p) {
+    let list = match Listing::of(&p) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let full = p.full;
     blocking(&st, &p, unreachable_missing, |v| {
@@ -318,9 +314,9 @@ pub(crate) async fn plugin(
 }
 
 pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> Response {
-    let list = match listing(&p) {
+    let list = match Listing::of(&p) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let prefix = p.prefix.clone().unwrap_or_default();
     let (full, namespace) = (p.full, namespace_of(&p));
