@@ -676,17 +676,37 @@ impl Client {
     }
 
     /// `GET /v1/agent/self`: the server's id, leader, term and last applied index.
+    /// (Nomad's shape; schedstate's numbers are its `stats.schedstate`.)
     pub async fn agent_self(&self) -> Result<AgentSelf, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Stats {
+            schedstate: AgentSelf,
+        }
+        #[derive(serde::Deserialize)]
+        struct Nomad {
+            stats: Stats,
+        }
         let r = self
-            .get_list::<AgentSelf>("/v1/agent/self", &[], ReadOptions::default())
+            .get_list::<Nomad>("/v1/agent/self", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value.stats.schedstate)
+    }
+
+    /// `GET /v1/regions`.
+    pub async fn regions(&self) -> Result<Vec<String>, ClientError> {
+        let r = self
+            .get_list::<Vec<String>>("/v1/regions", &[], ReadOptions::default())
             .await?;
         Ok(r.value)
     }
 
-    /// `GET /v1/metrics`: Prometheus text.
+    /// `GET /v1/metrics?format=prometheus`: Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
         let (resp, url) = self
-            .send(self.request(reqwest::Method::GET, "/v1/metrics"))
+            .send(
+                self.request(reqwest::Method::GET, "/v1/metrics")
+                    .query(&[("format", "prometheus")]),
+            )
             .await?;
         if resp.status() != StatusCode::OK {
             return Err(Self::error(resp, url).await);

@@ -239,3 +239,50 @@ fn log_bytes(dir: &Path) -> i64 {
         .sum();
     gauge(total)
 }
+
+/// The Prometheus text of [`Metrics::render`] as Nomad's JSON metrics summary:
+/// `Gauges` (`Name`, `Value`), `Counters` (`Name`, `Count`, `Sum`) and `Samples`
+/// (histograms: `Name`, `Count`, `Sum`, `Mean`), names dotted as Nomad's
+/// (`schedstate.entries_applied`).
+pub fn as_nomad_json(text: &str) -> serde_json::Value {
+    use serde_json::json;
+    let mut gauges = Vec::new();
+    let mut counters = Vec::new();
+    let mut hist: std::collections::BTreeMap<String, (f64, f64)> = Default::default();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let name = name.split('{').next().unwrap_or(name);
+        let dotted = |n: &str| n.replacen("schedstate_", "schedstate.", 1);
+        if let Some(base) = name.strip_suffix("_total") {
+            counters
+                .push(json!({"Name": dotted(base), "Count": value, "Sum": value, "Labels": {}}));
+        } else if let Some(base) = name.strip_suffix("_count") {
+            hist.entry(dotted(base)).or_default().0 = value;
+        } else if let Some(base) = name.strip_suffix("_sum") {
+            hist.entry(dotted(base)).or_default().1 = value;
+        } else if !name.ends_with("_bucket") {
+            gauges.push(json!({"Name": dotted(name), "Value": value, "Labels": {}}));
+        }
+    }
+    let samples: Vec<_> = hist
+        .into_iter()
+        .map(|(name, (count, sum))| {
+            let mean = if count > 0.0 { sum / count } else { 0.0 };
+            json!({"Name": name, "Count": count, "Sum": sum, "Mean": mean, "Labels": {}})
+        })
+        .collect();
+    json!({
+        "Timestamp": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        "Gauges": gauges,
+        "Counters": counters,
+        "Samples": samples,
+    })
+}

@@ -11,22 +11,18 @@ use std::time::Duration;
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::model::{AclScope, AclToken};
 use schedstate::state::Command;
-use serde::de::DeserializeOwned;
 
-use super::body::{BodyRule, read_body};
+use super::body::read_json;
 use super::error::ApiError;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
 use crate::api::{AclBootstrapRequest, AclTokenRequest, AclTokenView};
 use crate::service::{Caller, Service, hash_secret, new_uuid, unix_now};
-
-/// The largest ACL request body.
-const ACL_BODY_BYTES: usize = 16 << 10;
 
 /// The longest a token may be made to live: beyond it, make one without expiry.
 const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -37,31 +33,6 @@ fn acl_off() -> ApiError {
         "AclDisabled",
         "ACL is off on this agent (--dev): there are no tokens",
     )
-}
-
-/// A JSON body, or the default for an empty body sent without a content type (as
-/// Nomad's clients send a bootstrap).
-async fn read_json<T: DeserializeOwned + Default>(
-    st: &Service,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<T, ApiError> {
-    let empty_claim = headers
-        .get(header::CONTENT_LENGTH)
-        .is_some_and(|v| v.as_bytes() == b"0");
-    if !headers.contains_key(header::CONTENT_TYPE) && empty_claim {
-        return Ok(T::default());
-    }
-    let rule = BodyRule {
-        limit: ACL_BODY_BYTES,
-        content_type: "application/json",
-    };
-    let body = read_body(st, headers, body, &rule).await?;
-    if body.bytes.is_empty() {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(&body.bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
 }
 
 fn new_id() -> Result<String, ApiError> {

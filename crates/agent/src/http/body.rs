@@ -7,6 +7,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
+use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use crate::service::{BodyPermit, Service};
@@ -160,4 +161,32 @@ pub(crate) async fn read_checked(
         bytes,
         _permit: permit,
     })
+}
+
+/// The largest body of the small JSON requests (ACL, node updates).
+pub(crate) const SMALL_BODY_BYTES: usize = 16 << 10;
+
+/// A JSON body, or the default for an empty body sent without a content type (as
+/// Nomad's clients send a bootstrap).
+pub(crate) async fn read_json<T: DeserializeOwned + Default>(
+    st: &Service,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    let empty_claim = headers
+        .get(header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0");
+    if !headers.contains_key(header::CONTENT_TYPE) && empty_claim {
+        return Ok(T::default());
+    }
+    let rule = BodyRule {
+        limit: SMALL_BODY_BYTES,
+        content_type: "application/json",
+    };
+    let body = read_body(st, headers, body, &rule).await?;
+    if body.bytes.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&body.bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
 }

@@ -24,6 +24,7 @@ mod consistency;
 mod error;
 mod filter_expr;
 mod listing;
+mod node_writes;
 mod operator;
 mod peers;
 pub(crate) mod query;
@@ -129,6 +130,8 @@ pub(crate) fn router(st: AppState) -> Router {
         .route_layer(need(Need::Scope(AclScope::Read)));
     let write = Router::new()
         .route("/v1/commands", post(writes::command))
+        .route("/v1/node/{id}/eligibility", post(node_writes::eligibility))
+        .route("/v1/node/{id}/drain", post(node_writes::drain))
         .route_layer(need(Need::Scope(AclScope::Write)));
     let operator = Router::new()
         .route("/v1/operator/snapshot", get(operator::snapshot))
@@ -158,6 +161,7 @@ pub(crate) fn router(st: AppState) -> Router {
     let public = Router::new()
         .route("/v1/status/leader", get(operator::leader))
         .route("/v1/agent/health", get(operator::health))
+        .route("/v1/regions", get(operator::regions))
         .route("/v1/acl/bootstrap", post(acl::bootstrap));
     let api = Router::new()
         .merge(read)

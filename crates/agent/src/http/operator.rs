@@ -141,22 +141,96 @@ pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked) -> Response
     resp
 }
 
-pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
+/// `GET /v1/metrics`: JSON as Nomad answers it (`Gauges`, `Counters`, `Samples`),
+/// Prometheus text with `?format=prometheus`.
+pub(crate) async fn metrics(State(st): State<AppState>, Checked(p): Checked) -> Response {
     let text = st.metrics.render(&st.server);
-    (
+    if p.format.as_deref() == Some("prometheus") {
+        return (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response();
+    }
+    let summary = crate::metrics::as_nomad_json(&text);
+    json(
+        &st,
         StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        text,
+        st.server.last_applied(),
+        &summary,
+        p.pretty,
     )
-        .into_response()
 }
 
-pub(crate) async fn agent_self(State(st): State<AppState>) -> Response {
+/// `GET /v1/agent/self` in Nomad's shape (`config`, `member`, `stats`), with this
+/// server's own numbers under `stats.schedstate`.
+pub(crate) async fn agent_self(State(st): State<AppState>, Checked(p): Checked) -> Response {
     let me = st.agent_self();
-    json(&st, StatusCode::OK, me.last_applied, &me, false)
+    let addr = st
+        .server
+        .members()
+        .0
+        .get(&me.id)
+        .cloned()
+        .unwrap_or_default();
+    let (host, port) = addr
+        .rsplit_once(':')
+        .map_or((addr.as_str(), 0), |(h, p)| (h, p.parse().unwrap_or(0)));
+    let name = format!("server-{}.{}", me.id, st.region);
+    let state = if me.leader == Some(me.id) {
+        "Leader"
+    } else if me.leader.is_some() {
+        "Follower"
+    } else {
+        "Candidate"
+    };
+    let body = serde_json::json!({
+        "config": {
+            "Region": st.region,
+            "NodeName": format!("server-{}", me.id),
+            "Server": {"Enabled": true},
+            "Client": {"Enabled": false},
+            "ACL": {"Enabled": st.acl},
+            "TLSConfig": {"EnableHTTP": st.tls.is_some(), "EnableRPC": st.tls.is_some()},
+            "Version": {"Version": env!("CARGO_PKG_VERSION"), "VersionMetadata": "schedstate"},
+        },
+        "member": {
+            "Name": name,
+            "Addr": host.trim_start_matches('[').trim_end_matches(']'),
+            "Port": port,
+            "Status": "alive",
+            "Tags": {
+                "region": st.region,
+                "role": "nomad",
+                "id": me.id.to_string(),
+                "build": env!("CARGO_PKG_VERSION"),
+            },
+        },
+        "stats": {
+            "raft": {
+                "state": state,
+                "term": me.term.to_string(),
+                "applied_index": me.last_applied.to_string(),
+            },
+            "schedstate": me,
+        },
+    });
+    json(&st, StatusCode::OK, me.last_applied, &body, p.pretty)
+}
+
+/// `GET /v1/regions`: the one region this cluster serves.
+pub(crate) async fn regions(State(st): State<AppState>) -> Response {
+    json(
+        &st,
+        StatusCode::OK,
+        st.server.last_applied(),
+        &[&st.region],
+        false,
+    )
 }
 
 /// `GET /v1/agent/health` (no token): the server answers; whether it is fresh, for

@@ -46,6 +46,8 @@ pub struct Params {
     pub topics: Vec<String>,
     /// `force` on a deregistration.
     pub force: bool,
+    /// `enable` on a node drain (the form without a body).
+    pub enable: Option<bool>,
 }
 
 /// The query parameters of a request, parsed; a handler that takes a `Checked` runs
@@ -108,6 +110,7 @@ pub fn parse(raw: Option<&str>) -> Result<Params, ApiError> {
             "reverse" => p.reverse = flag(&key, &value)?,
             "full" => p.full = flag(&key, &value)?,
             "force" | "purge" => p.force = flag(&key, &value)?,
+            "enable" => p.enable = Some(flag(&key, &value)?),
             "namespace" => p.namespace = Some(value.into_owned()),
             "region" => p.region = Some(value.into_owned()),
             "prefix" => p.prefix = Some(value.into_owned()),

@@ -4,6 +4,7 @@
 
 mod agent_procs;
 mod cluster;
+mod nomad_compat;
 mod readme;
 mod remote;
 mod support;

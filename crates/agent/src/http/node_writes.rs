@@ -1,0 +1,114 @@
+//! The node writes Nomad's clients make, mapped onto the store's commands:
+//! `POST /v1/node/{id}/eligibility` (`{"Eligibility": "eligible"|"ineligible"}`) and
+//! `POST /v1/node/{id}/drain` (`{"DrainSpec": {…}|null, "MarkEligible": bool}`, or the
+//! older `?enable=true|false` without a body). The answer is Nomad's
+//! `NodeEligibilityUpdateResponse`/`NodeDrainUpdateResponse` (no evaluations: the store
+//! schedules nothing).
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use schedstate::state::Command;
+use serde::Deserialize;
+
+use super::body::read_json;
+use super::error::ApiError;
+use super::query::Checked;
+use super::writes::commit;
+use super::{AppState, json};
+
+#[derive(Debug, Default, Deserialize)]
+struct EligibilityRequest {
+    #[serde(rename = "Eligibility", default)]
+    eligibility: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct DrainRequest {
+    #[serde(rename = "DrainSpec", default)]
+    drain_spec: Option<serde_json::Value>,
+    #[serde(rename = "MarkEligible", default)]
+    mark_eligible: bool,
+}
+
+fn updated(st: &super::AppState, index: u64, pretty: bool) -> Response {
+    let body = serde_json::json!({
+        "EvalIDs": [],
+        "EvalCreateIndex": 0,
+        "NodeModifyIndex": index,
+        "Index": index,
+    });
+    json(st, StatusCode::OK, index, &body, pretty)
+}
+
+pub(crate) async fn eligibility(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Checked(p): Checked,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let request: EligibilityRequest = match read_json(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let eligible = match request.eligibility.as_str() {
+        "eligible" => true,
+        "ineligible" => false,
+        other => {
+            return ApiError::bad_request(format!(
+                "Eligibility {other:?}: expected eligible or ineligible"
+            ))
+            .into_response();
+        }
+    };
+    let command = Command::UpdateNodeEligibility {
+        id: id.as_str().into(),
+        eligible,
+    };
+    match commit(&st, command).await {
+        Ok(index) => updated(&st, index, p.pretty),
+        Err(e) => e.into_response(),
+    }
+}
+
+pub(crate) async fn drain(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Checked(p): Checked,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let request: DrainRequest = match read_json(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    // `?enable=` is the older form (no body); a `DrainSpec` (even `{}`) turns the
+    // drain on, `null` off.
+    let enable = match p.enable {
+        Some(e) if request.drain_spec.is_none() => e,
+        _ => request.drain_spec.as_ref().is_some_and(|s| !s.is_null()),
+    };
+    let commands = {
+        let mut c = vec![Command::UpdateNodeDrain {
+            id: id.as_str().into(),
+            drain: enable,
+        }];
+        if !enable && request.mark_eligible {
+            c.push(Command::UpdateNodeEligibility {
+                id: id.as_str().into(),
+                eligible: true,
+            });
+        }
+        c
+    };
+    let mut index = 0;
+    for command in commands {
+        match commit(&st, command).await {
+            Ok(i) => index = i,
+            Err(e) => return e.into_response(),
+        }
+    }
+    updated(&st, index, p.pretty)
+}

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Reads a schedstate agent through python-nomad (Nomad's Python client) and checks
+every value against what the test wrote.
+
+Run by crates/cli/tests/cli/nomad_compat.rs (see scripts/nomad-compat/README.md):
+
+    AGENT=https://127.0.0.1:PORT CACERT=ca.pem TOKEN=secret EXPECTED=expected.json \
+        python3 python_nomad_check.py
+
+EXPECTED is a JSON file the test writes: the nodes, allocations, plugins and volumes
+it put in, the leader's address, the peers. Exit status 0 when every check passed;
+otherwise each failure is printed and the status is 1.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+from urllib.parse import urlparse
+
+import nomad
+from nomad.api.base import Requester
+
+FAILURES = []
+CHECKS = [0]
+
+
+def check(what, got, want):
+    CHECKS[0] += 1
+    if got != want:
+        FAILURES.append(f"{what}: got {got!r}, want {want!r}")
+
+
+class Raw(Requester):
+    """Any path of the API through python-nomad's own request machinery (its CSI
+    calls are not in python-nomad 2.1.0)."""
+
+    ENDPOINT = ""
+
+    def get(self, endpoint, *rest, params=None):
+        # python-nomad builds the URL from the class's ENDPOINT and the arguments.
+        self.ENDPOINT = endpoint
+        return self.request(*rest, method="get", params=params)
+
+
+def main():
+    agent = urlparse(os.environ["AGENT"])
+    expected = json.load(open(os.environ["EXPECTED"]))
+    kwargs = dict(
+        host=agent.hostname,
+        port=agent.port,
+        secure=agent.scheme == "https",
+        verify=os.environ.get("CACERT", False),
+        token=os.environ["TOKEN"],
+        region="global",
+        timeout=10,
+    )
+    n = nomad.Nomad(**kwargs)
+    raw = Raw(
+        address=None,
+        uri=f"{agent.scheme}://{agent.hostname}",
+        port=agent.port,
+        token=os.environ["TOKEN"],
+        verify=os.environ.get("CACERT", False),
+        region="global",
+        timeout=10,
+    )
+
+    # Status, regions, the agent itself.
+    check("leader", n.status.leader.get_leader(), expected["leader"])
+    check("peers", sorted(n.status.peers.get_peers()), sorted(expected["peers"]))
+    check("regions", n.regions.get_regions(), ["global"])
+    me = n.agent.get_agent()
+    check("agent region", me["config"]["Region"], "global")
+    check("agent is a server", me["config"]["Server"]["Enabled"], True)
+
+    # Nodes: the list, `in`, one node, its allocations, prefix and pagination.
+    want_nodes = {x["ID"]: x for x in expected["nodes"]}
+    listed = n.nodes.get_nodes()
+    check("node ids", sorted(x["ID"] for x in listed), sorted(want_nodes))
+    for stub in listed:
+        w = want_nodes[stub["ID"]]
+        for field in ("Name", "Status", "Drain", "SchedulingEligibility"):
+            check(f"node {stub['ID']} {field}", stub[field], w[field])
+    first = sorted(want_nodes)[0]
+    check("node in nodes", first in n.nodes, True)
+    check("missing node in nodes", "no-such-node" in n.nodes, False)
+    for node_id, w in want_nodes.items():
+        node = n.node.get_node(node_id)
+        for field in ("Name", "Status", "Drain", "SchedulingEligibility"):
+            check(f"node {node_id} {field}", node[field], w[field])
+        for plugin_id, fp in w["CSINodePlugins"].items():
+            got = node["CSINodePlugins"][plugin_id]
+            for field in ("PluginID", "AllocID", "Healthy", "Provider", "ProviderVersion"):
+                check(f"node {node_id} plugin {plugin_id} {field}", got[field], fp[field])
+        allocs = n.node.get_allocations(node_id)
+        check(
+            f"node {node_id} allocations",
+            sorted(a["ID"] for a in allocs),
+            sorted(a["ID"] for a in expected["allocations"] if a["NodeID"] == node_id),
+        )
+    check(
+        "nodes by prefix",
+        sorted(x["ID"] for x in n.nodes.get_nodes(prefix=first)),
+        sorted(i for i in want_nodes if i.startswith(first)),
+    )
+    seen, token = [], None
+    for _ in range(len(want_nodes) + 1):
+        resp = raw.get("nodes", params={"per_page": 1, "next_token": token})
+        page = resp.json()
+        check("a page holds one node", len(page), 1)
+        seen += [x["ID"] for x in page]
+        token = resp.headers.get("X-Nomad-NextToken")
+        if not token:
+            break
+    check("pages cover every node once", seen, sorted(want_nodes))
+
+    # Allocations: every namespace, one namespace, one allocation.
+    want_allocs = {a["ID"]: a for a in expected["allocations"]}
+    every = n.allocations.get_allocations(namespace="*")
+    check("alloc ids (*)", sorted(a["ID"] for a in every), sorted(want_allocs))
+    in_default = n.allocations.get_allocations()
+    check(
+        "alloc ids (default)",
+        sorted(a["ID"] for a in in_default),
+        sorted(i for i, a in want_allocs.items() if a["Namespace"] == "default"),
+    )
+    for alloc_id, w in want_allocs.items():
+        a = n.allocation.get_allocation(alloc_id)
+        for field in ("Namespace", "JobID", "TaskGroup", "NodeID", "DesiredStatus", "ClientStatus"):
+            check(f"alloc {alloc_id} {field}", a[field], w[field])
+
+    # CSI plugins and volumes (type=csi, as Nomad's clients send it).
+    want_plugins = {p["ID"]: p for p in expected["plugins"]}
+    plugins = raw.get("plugins", params={"type": "csi"}).json()
+    check("plugin ids", sorted(p["ID"] for p in plugins), sorted(want_plugins))
+    for p in plugins:
+        w = want_plugins[p["ID"]]
+        for field in ("Provider", "ControllersHealthy", "ControllersExpected", "NodesHealthy", "NodesExpected"):
+            check(f"plugin {p['ID']} {field}", p[field], w[field])
+        full = raw.get("plugin", "csi", p["ID"]).json()
+        check(f"plugin {p['ID']} nodes", sorted(full["Nodes"]), sorted(w["Nodes"]))
+        check(
+            f"plugin {p['ID']} allocations",
+            sorted(a["ID"] for a in full["Allocations"]),
+            sorted(w["Allocations"]),
+        )
+    want_volumes = {v["ID"]: v for v in expected["volumes"]}
+    volumes = raw.get("volumes", params={"type": "csi", "namespace": "*"}).json()
+    check("volume ids", sorted(v["ID"] for v in volumes), sorted(want_volumes))
+    for v in volumes:
+        w = want_volumes[v["ID"]]
+        full = raw.get("volume", "csi", v["ID"], params={"namespace": w["Namespace"]}).json()
+        for field in ("Namespace", "PluginID", "Provider", "AccessMode", "AttachmentMode", "Schedulable"):
+            check(f"volume {v['ID']} {field}", full[field], w[field])
+        check(f"volume {v['ID']} readers", sorted(full["ReadAllocs"]), sorted(w["ReadAllocs"]))
+
+    # A blocking query returns on the write that changes what it read, with its index.
+    node_id = first
+    resp = raw.get("node", node_id)
+    index = int(resp.headers["X-Nomad-Index"])
+    check("KnownLeader header", resp.headers.get("X-Nomad-KnownLeader"), "true")
+    check("LastContact header present", "X-Nomad-LastContact" in resp.headers, True)
+    answer = {}
+
+    def block():
+        r = raw.get("node", node_id, params={"index": index, "wait": "20s"})
+        answer["index"] = int(r.headers["X-Nomad-Index"])
+        answer["node"] = r.json()
+        answer["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=block)
+    waiter.start()
+    time.sleep(0.5)
+    check("the blocked query waits", "index" in answer, False)
+    written = n.node.eligible_node(node_id, ineligible=True)
+    waiter.join(25)
+    check("the blocked query answered", "index" in answer, True)
+    if "index" in answer:
+        check("blocked answer index", answer["index"], written["NodeModifyIndex"])
+        check("blocked answer eligibility", answer["node"]["SchedulingEligibility"], "ineligible")
+    n.node.eligible_node(node_id, eligible=True)
+
+    # Drain on and off through the client's own call.
+    n.node.drain_node_with_spec(node_id, {"Deadline": 0}, None)
+    check("drained", n.node.get_node(node_id)["Drain"], True)
+    n.node.drain_node_with_spec(node_id, None, True)
+    check("drain off", n.node.get_node(node_id)["Drain"], False)
+
+    print(f"python-nomad {getattr(nomad, '__version__', '?')}: {CHECKS[0]} checks, {len(FAILURES)} failed")
+    for f in FAILURES:
+        print("FAIL", f)
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
