@@ -188,6 +188,22 @@ def main():
     n.node.drain_node_with_spec(node_id, None, True)
     check("drain off", n.node.get_node(node_id)["Drain"], False)
 
+    # The event stream, through python-nomad's own follower: Nomad's envelope.
+    stream, stop, events = n.event.stream.get_stream(index=0, topic={"Node": "*"}, timeout=30)
+    stream.daemon = True
+    stream.start()
+    try:
+        batch = events.get(timeout=20)
+        event = batch["Events"][0]
+        check("event topic", event["Topic"], "Node")
+        check("event type", event["Type"], "NodeRegistration")
+        check("event index", event["Index"], batch["Index"])
+        check("event payload", event["Payload"]["Node"]["ID"] in want_nodes, True)
+        check("event key", event["Key"], event["Payload"]["Node"]["ID"])
+    except Exception as e:  # noqa: BLE001 - report any failure as a check
+        FAILURES.append(f"event stream: {e!r}")
+    stop.set()
+
     print(f"python-nomad {getattr(nomad, '__version__', '?')}: {CHECKS[0]} checks, {len(FAILURES)} failed")
     for f in FAILURES:
         print("FAIL", f)

@@ -20,6 +20,7 @@ use schedstate::ChangeKind;
 use schedstate::state::{Commit, Row, Table};
 use tokio::sync::watch;
 
+use crate::api::nomad::{NomadAllocation, NomadCsiPlugin, NomadCsiVolume, NomadNode};
 use crate::api::{Event, EventBatch};
 
 /// The topics of the stream, one per table, named as Nomad names them.
@@ -64,12 +65,15 @@ impl TopicFilter {
         Ok(())
     }
 
-    fn matches(&self, table: Table, key: &str) -> bool {
+    /// Whether an event of `table` with `key` (or one of its `filter_keys`, as Nomad
+    /// matches them) passes.
+    fn matches(&self, table: Table, key: &str, filter_keys: &[String]) -> bool {
         self.0.is_empty()
-            || self
-                .0
-                .iter()
-                .any(|(t, k)| *t == table && k.as_deref().is_none_or(|k| k == key))
+            || self.0.iter().any(|(t, k)| {
+                *t == table
+                    && k.as_deref()
+                        .is_none_or(|k| k == key || filter_keys.iter().any(|f| f == k))
+            })
     }
 }
 
@@ -80,31 +84,66 @@ fn topic(table: Table) -> &'static str {
         .map_or("Unknown", |(n, _)| n)
 }
 
-/// The key and namespace of a row.
-fn identity(row: &Row) -> (String, String) {
+/// The key, namespace and other filter keys of a row.
+fn identity(row: &Row) -> (String, String, Vec<String>) {
     match row {
-        Row::Node(n) => (n.id.to_string(), String::new()),
-        Row::Alloc(a) => (a.id.to_string(), a.namespace.to_string()),
-        Row::CsiPlugin(p) => (p.id.to_string(), String::new()),
-        Row::CsiVolume(v) => (v.id.to_string(), v.namespace.to_string()),
-        Row::AclToken(t) => (t.accessor_id.to_string(), String::new()),
+        Row::Node(n) => (n.id.to_string(), String::new(), Vec::new()),
+        Row::Alloc(a) => (
+            a.id.to_string(),
+            a.namespace.to_string(),
+            vec![a.job_id.to_string(), a.node_id.to_string()],
+        ),
+        Row::CsiPlugin(p) => (p.id.to_string(), String::new(), Vec::new()),
+        Row::CsiVolume(v) => (
+            v.id.to_string(),
+            v.namespace.to_string(),
+            vec![v.plugin_id.to_string()],
+        ),
+        Row::AclToken(t) => (t.accessor_id.to_string(), String::new(), Vec::new()),
     }
 }
 
+/// The row in Nomad's shape, under its kind's name (Nomad's `Payload`).
 fn payload(row: &Row) -> serde_json::Value {
     let value = match row {
-        Row::Node(n) => serde_json::to_value(&**n),
-        Row::Alloc(a) => serde_json::to_value(&**a),
-        Row::CsiPlugin(p) => serde_json::to_value(&**p),
+        Row::Node(n) => serde_json::to_value(NomadNode::from(&**n)).map(|v| ("Node", v)),
+        Row::Alloc(a) => {
+            serde_json::to_value(NomadAllocation::from(&**a)).map(|v| ("Allocation", v))
+        }
+        Row::CsiPlugin(p) => {
+            serde_json::to_value(NomadCsiPlugin::from(&**p)).map(|v| ("CSIPlugin", v))
+        }
         Row::CsiVolume(v) => {
             let mut v = (**v).clone();
             crate::api::redact(&mut v);
-            serde_json::to_value(&v)
+            serde_json::to_value(NomadCsiVolume::from(&v)).map(|v| ("CSIVolume", v))
         }
         // Never streamed (see `events_of`); nothing of a token leaves here.
         Row::AclToken(_) => return serde_json::Value::Null,
     };
-    value.unwrap_or(serde_json::Value::Null)
+    match value {
+        Ok((name, v)) => serde_json::json!({ name: v }),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
+/// The event type, as Nomad names it where Nomad has the event.
+fn event_type(before: Option<&Row>, after: Option<&Row>) -> &'static str {
+    match (before, after) {
+        (None, Some(Row::Node(_))) => "NodeRegistration",
+        (Some(Row::Node(_)), None) => "NodeDeregistration",
+        (Some(Row::Node(b)), Some(Row::Node(a))) if b.drain != a.drain => "NodeDrain",
+        (Some(Row::Node(b)), Some(Row::Node(a))) if b.eligible != a.eligible => "NodeEligibility",
+        (_, Some(Row::Node(_))) => "NodeEvent",
+        (_, Some(Row::Alloc(_))) => "AllocationUpdated",
+        (Some(Row::Alloc(_)), None) => "AllocationDeleted",
+        (_, Some(Row::CsiPlugin(_))) => "CSIPluginUpdated",
+        (Some(Row::CsiPlugin(_)), None) => "CSIPluginDeleted",
+        (None, Some(Row::CsiVolume(_))) => "CSIVolumeRegistered",
+        (Some(Row::CsiVolume(_)), Some(Row::CsiVolume(_))) => "CSIVolumeUpdated",
+        (Some(Row::CsiVolume(_)), None) => "CSIVolumeDeregistered",
+        _ => "Unknown",
+    }
 }
 
 /// The events of `commit` that pass `filter`.
@@ -116,12 +155,14 @@ pub fn events_of(commit: &Commit, filter: &TopicFilter) -> Vec<Event> {
         // token is nobody's business but a management token's.
         .filter(|change| TOPICS.iter().any(|(_, t)| *t == change.table()))
         .filter_map(|change| {
-            let (kind, row) = match change.kind() {
-                ChangeKind::Delete => ("Deleted", change.before()?),
-                _ => ("Upserted", change.after()?),
+            let (before, after) = (change.before(), change.after());
+            let kind = event_type(before.as_ref(), after.as_ref());
+            let row = match change.kind() {
+                ChangeKind::Delete => before?,
+                _ => after?,
             };
-            let (key, namespace) = identity(&row);
-            if !filter.matches(change.table(), &key) {
+            let (key, namespace, filter_keys) = identity(&row);
+            if !filter.matches(change.table(), &key, &filter_keys) {
                 return None;
             }
             Some(Event {
@@ -129,6 +170,7 @@ pub fn events_of(commit: &Commit, filter: &TopicFilter) -> Vec<Event> {
                 kind: kind.to_string(),
                 key,
                 namespace,
+                filter_keys,
                 index,
                 payload: payload(&row),
             })

@@ -197,32 +197,47 @@ pub struct PeerChangeDone {
     pub left_joint: Option<bool>,
 }
 
-/// One line of `GET /v1/event/stream`: the events of one committed write. An idle
-/// stream sends `{}` lines as heartbeats.
+/// One line of `GET /v1/event/stream`, Nomad's envelope: the events of one committed
+/// write. An idle stream sends `{}` lines as heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventBatch {
     /// The write's index.
+    #[serde(rename = "Index")]
     pub index: u64,
     /// Its row changes that match the stream's topics, in (table, key) order.
+    #[serde(rename = "Events")]
     pub events: Vec<Event>,
 }
 
-/// One row a committed write changed.
+/// One row a committed write changed, as Nomad's `api.Event`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     /// `Node`, `Allocation`, `CSIPlugin` or `CSIVolume`.
+    #[serde(rename = "Topic")]
     pub topic: String,
-    /// `Upserted` (created or replaced) or `Deleted`.
-    #[serde(rename = "type")]
+    /// As Nomad names them: `NodeRegistration`, `NodeDeregistration`, `NodeDrain`,
+    /// `NodeEligibility`, `NodeEvent`, `AllocationUpdated`; and schedstate's own
+    /// `AllocationDeleted`, `CSIPluginUpdated`, `CSIPluginDeleted`,
+    /// `CSIVolumeRegistered`, `CSIVolumeUpdated`, `CSIVolumeDeregistered`.
+    #[serde(rename = "Type")]
     pub kind: String,
     /// The row's id.
+    #[serde(rename = "Key")]
     pub key: String,
     /// The row's namespace (allocations and volumes), else empty.
-    #[serde(default)]
+    #[serde(rename = "Namespace", default)]
     pub namespace: String,
+    /// Other keys a `topic=Topic:key` filter matches (an allocation's job and node, a
+    /// volume's plugin).
+    #[serde(rename = "FilterKeys", default)]
+    pub filter_keys: Vec<String>,
     /// The write's index.
+    #[serde(rename = "Index")]
     pub index: u64,
-    /// The row after the write (before it, for `Deleted`), as stored.
+    /// The row after the write (before it, when it was deleted) in Nomad's shape,
+    /// under its kind's name: `{"Node": {…}}`, `{"Allocation": {…}}`,
+    /// `{"CSIPlugin": {…}}`, `{"CSIVolume": {…}}`.
+    #[serde(rename = "Payload")]
     pub payload: serde_json::Value,
 }
 

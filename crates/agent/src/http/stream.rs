@@ -1,8 +1,9 @@
 //! `GET /v1/event/stream?index=N&topic=T[:key]`: the committed writes after `N`, one
 //! JSON line each ([`EventBatch`](crate::api::EventBatch)), then new ones as they
 //! commit, with `{}` heartbeats while idle. Served from this server's buffer (a
-//! follower streams what it applied). An `N` older than the buffer is 410
-//! `IndexCompacted` before the stream starts; a client that falls that far behind
+//! follower streams what it applied), in Nomad's envelope (`{"Index": N, "Events":
+//! [...]}`, payloads in Nomad's shapes). An `N` older than the buffer starts at the
+//! oldest write it holds, as Nomad does; a client that falls that far behind
 //! mid-stream gets one `{"error": …}` line and the stream ends; so does one whose
 //! token is revoked or expires while it is open.
 
@@ -11,7 +12,7 @@ use std::collections::VecDeque;
 use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 
@@ -154,15 +155,9 @@ pub(crate) async fn events(
     } else {
         *st.events.subscribe().borrow()
     };
-    let held_after = st.events.held_after();
-    if cursor < held_after {
-        let body = compacted(cursor, held_after);
-        return ApiError {
-            status: StatusCode::GONE,
-            body,
-        }
-        .into_response();
-    }
+    // An index older than what this server holds starts at the oldest write it holds,
+    // as Nomad starts at the closest batch it has.
+    let cursor = cursor.max(st.events.held_after());
     let permit = match st.gates.event_stream() {
         Ok(p) => p,
         Err(r) => return ApiError::too_many(r.message(&st.limits)).into_response(),
