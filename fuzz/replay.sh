@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 per_target="${FUZZ_REPLAY_TIMEOUT:-300}"
-targets=(commands txn persist pmap raft_rpc snapshot_install)
+targets=(commands txn persist pmap raft_rpc snapshot_install filter)
 
 start=$(date +%s)
 cargo build --manifest-path Cargo.toml --bins

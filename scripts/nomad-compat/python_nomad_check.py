@@ -20,6 +20,7 @@ import time
 from urllib.parse import urlparse
 
 import nomad
+import nomad.api.exceptions
 from nomad.api.base import Requester
 
 FAILURES = []
@@ -116,6 +117,12 @@ def main():
             break
     check("pages cover every node once", seen, sorted(want_nodes))
 
+    check(
+        "nodes by filter",
+        sorted(x["ID"] for x in n.nodes.get_nodes(filter_='Status == "down" or Drain == true')),
+        sorted(i for i, w in want_nodes.items() if w["Status"] == "down" or w["Drain"]),
+    )
+
     # Allocations: every namespace, one namespace, one allocation.
     want_allocs = {a["ID"]: a for a in expected["allocations"]}
     every = n.allocations.get_allocations(namespace="*")
@@ -126,6 +133,21 @@ def main():
         sorted(a["ID"] for a in in_default),
         sorted(i for i, a in want_allocs.items() if a["Namespace"] == "default"),
     )
+    check(
+        "allocs by filter",
+        sorted(a["ID"] for a in n.allocations.get_allocations(
+            namespace="*", filter_='ClientStatus == running and JobID matches "^job-(web|plugin)"'
+        )),
+        sorted(
+            i for i, a in want_allocs.items()
+            if a["ClientStatus"] == "running" and a["JobID"].startswith(("job-web", "job-plugin"))
+        ),
+    )
+    try:
+        n.nodes.get_nodes(filter_="Status ==")
+        FAILURES.append("a bad filter was accepted")
+    except nomad.api.exceptions.BaseNomadException as e:
+        check("a bad filter is a 400", e.nomad_resp.status_code, 400)
     for alloc_id, w in want_allocs.items():
         a = n.allocation.get_allocation(alloc_id)
         for field in ("Namespace", "JobID", "TaskGroup", "NodeID", "DesiredStatus", "ClientStatus"):

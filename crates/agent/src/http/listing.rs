@@ -7,8 +7,8 @@
 use serde::Serialize;
 
 use super::error::ApiError;
-use super::filter_expr::Filter;
 use super::query::Params;
+use schedstate_filter::Filter;
 
 /// A page of a list and the token of the next one.
 pub(crate) struct Page<T> {

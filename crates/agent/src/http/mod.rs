@@ -22,7 +22,6 @@ mod auth;
 mod body;
 mod consistency;
 mod error;
-mod filter_expr;
 mod listing;
 mod node_writes;
 mod operator;

@@ -4,6 +4,7 @@
 mod acl;
 mod health;
 mod hostile;
+mod nomad;
 mod peers;
 mod support;
 mod tls;

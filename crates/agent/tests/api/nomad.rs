@@ -1,0 +1,94 @@
+//! Nomad's list parameters and headers over HTTP, without Nomad's clients (those are
+//! `crates/cli/tests/cli/nomad_compat.rs`): pages and `X-Nomad-NextToken`, `reverse`,
+//! `prefix`, `filter`, namespaces, the stub shapes and `?full`, Nomad's headers.
+
+use schedstate::model::ClientStatus;
+use schedstate::state::Command;
+use serde_json::Value;
+
+use crate::support::{Agents, alloc};
+use crate::upsert;
+
+async fn get(agents: &Agents, path: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    let resp = crate::support::http()
+        .get(agents.url(0, path))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap_or(Value::Null);
+    (status, headers, body)
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["ID"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_page_filter_reverse_and_take_namespaces() {
+    let agents = Agents::start(1, None).await;
+    let c = agents.client(0);
+    for id in ["n1", "n2", "n3", "n4", "n5"] {
+        c.apply(&upsert(id, "ebs")).await.unwrap();
+    }
+    let mut batch = alloc("b1", "n2");
+    batch.namespace = "batch".into();
+    batch.client_status = ClientStatus::Complete;
+    c.apply(&Command::UpsertAllocs {
+        allocs: vec![alloc("a1", "n1"), alloc("a2", "n1"), batch],
+    })
+    .await
+    .unwrap();
+
+    let (s, h, page) = get(&agents, "/v1/nodes?per_page=2").await;
+    assert_eq!(s, 200);
+    assert_eq!(ids(&page), ["n1", "n2"]);
+    assert_eq!(h["X-Nomad-NextToken"], "n3");
+    assert_eq!(h["X-Nomad-KnownLeader"], "true");
+    assert_eq!(h["X-Nomad-LastContact"], "0");
+    assert!(h.contains_key("X-Nomad-Index"));
+    // The stub shape: Nomad's names, no fingerprints.
+    assert_eq!(page[0]["SchedulingEligibility"], "eligible");
+    assert!(page[0].get("CSINodePlugins").is_none());
+    let (_, h, page) = get(&agents, "/v1/nodes?per_page=2&next_token=n3").await;
+    assert_eq!(ids(&page), ["n3", "n4"]);
+    let (_, h2, last) = get(&agents, "/v1/nodes?per_page=2&next_token=n5").await;
+    assert_eq!(ids(&last), ["n5"]);
+    assert!(!h2.contains_key("X-Nomad-NextToken"));
+    assert_eq!(h["X-Nomad-NextToken"], "n5");
+    let (_, _, rev) = get(&agents, "/v1/nodes?reverse=true&per_page=3").await;
+    assert_eq!(ids(&rev), ["n5", "n4", "n3"]);
+    let (_, _, full) = get(&agents, "/v1/nodes?prefix=n4&full=true").await;
+    assert_eq!(ids(&full), ["n4"]);
+    assert!(
+        full[0]["CSINodePlugins"]["ebs"]["Healthy"]
+            .as_bool()
+            .unwrap()
+    );
+    // `ID matches "^n[34]$" or (CreateIndex > 0 and ID == n1)`
+    let filter = "ID%20matches%20%22%5En%5B34%5D%24%22%20or%20(CreateIndex%20%3E%200%20and%20ID%20%3D%3D%20n1)";
+    let (_, _, filtered) = get(&agents, &format!("/v1/nodes?filter={filter}")).await;
+    assert_eq!(ids(&filtered), ["n1", "n3", "n4"]);
+    let (s, _, e) = get(&agents, "/v1/nodes?filter=Status%20%3D%3D").await;
+    assert_eq!((s, e["kind"].as_str()), (400, Some("BadRequest")));
+
+    // Allocations: the default namespace unless one is named; * for all.
+    let (_, _, default) = get(&agents, "/v1/allocations").await;
+    assert_eq!(ids(&default), ["a1", "a2"]);
+    let (_, _, all) = get(&agents, "/v1/allocations?namespace=*").await;
+    assert_eq!(ids(&all), ["a1", "a2", "b1"]);
+    let (_, _, batch) = get(&agents, "/v1/allocations?namespace=batch").await;
+    assert_eq!(ids(&batch), ["b1"]);
+    assert_eq!(batch[0]["ClientStatus"], "complete");
+    let (_, _, one) = get(&agents, "/v1/allocation/b1").await;
+    assert_eq!(
+        (one["Namespace"].as_str(), one["NodeID"].as_str()),
+        (Some("batch"), Some("n2"))
+    );
+    agents.shutdown().await;
+}
