@@ -31,6 +31,7 @@ mod raft_rpc;
 mod reads;
 mod serve;
 mod stream;
+mod volume_writes;
 mod writes;
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use serde::Serialize;
 
 pub use error::ApiError;
@@ -131,6 +132,10 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/commands", post(writes::command))
         .route("/v1/node/{id}/eligibility", post(node_writes::eligibility))
         .route("/v1/node/{id}/drain", post(node_writes::drain))
+        .route(
+            "/v1/volume/csi/{id}",
+            put(volume_writes::register).delete(volume_writes::deregister),
+        )
         .route_layer(need(Need::Scope(AclScope::Write)));
     let operator = Router::new()
         .route("/v1/operator/snapshot", get(operator::snapshot))

@@ -78,6 +78,26 @@ fn routes() -> Vec<Route> {
             body: Some(command),
             needs: AclScope::Write,
         },
+        Route {
+            method: "POST",
+            path: "/v1/node/n1/eligibility",
+            body: Some(br#"{"Eligibility":"ineligible"}"#.to_vec()),
+            needs: AclScope::Write,
+        },
+        Route {
+            method: "POST",
+            path: "/v1/node/n1/drain",
+            body: Some(br#"{"DrainSpec":{"Deadline":0}}"#.to_vec()),
+            needs: AclScope::Write,
+        },
+        Route {
+            method: "PUT",
+            path: "/v1/volume/csi/v9",
+            body: Some(br#"{"Volumes":[{"ID":"v9","PluginID":"ebs"}]}"#.to_vec()),
+            needs: AclScope::Write,
+        },
+        r("DELETE", "/v1/volume/csi/v9", AclScope::Write),
+        r("GET", "/v1/allocations", AclScope::Read),
         r("GET", "/v1/operator/snapshot", AclScope::Operator),
         r("GET", "/v1/operator/raft/configuration", AclScope::Operator),
         r("GET", "/v1/status/peers", AclScope::Operator),
@@ -111,6 +131,7 @@ fn request(
     let r = match route.method {
         "GET" => http.get(url),
         "DELETE" => http.delete(url),
+        "PUT" => http.put(url),
         _ => http.post(url),
     };
     match &route.body {

@@ -85,6 +85,37 @@ async fn lists_page_filter_reverse_and_take_namespaces() {
     let (_, _, batch) = get(&agents, "/v1/allocations?namespace=batch").await;
     assert_eq!(ids(&batch), ["b1"]);
     assert_eq!(batch[0]["ClientStatus"], "complete");
+    // A volume registered and deregistered in Nomad's shape; server fields ignored.
+    let http = crate::support::http();
+    let body = serde_json::json!({"Volumes": [{
+        "ID": "vol-9", "Namespace": "batch", "PluginID": "ebs", "Name": "data",
+        "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}],
+        "CreateIndex": 999, "ModifyIndex": 999, "Schedulable": true,
+    }]});
+    let resp = http
+        .put(agents.url(0, "/v1/volume/csi/vol-9"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (s, _, vol) = get(&agents, "/v1/volume/csi/vol-9?namespace=batch").await;
+    assert_eq!(s, 200);
+    assert_eq!(vol["Name"], "data");
+    assert_ne!(vol["CreateIndex"], 999);
+    assert_eq!(
+        vol["RequestedCapabilities"][0]["AccessMode"],
+        "single-node-writer"
+    );
+    let resp = http
+        .delete(agents.url(0, "/v1/volume/csi/vol-9?namespace=batch"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (s, _, _) = get(&agents, "/v1/volume/csi/vol-9?namespace=batch").await;
+    assert_eq!(s, 404);
     let (_, _, one) = get(&agents, "/v1/allocation/b1").await;
     assert_eq!(
         (one["Namespace"].as_str(), one["NodeID"].as_str()),
