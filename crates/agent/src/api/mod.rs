@@ -1,11 +1,10 @@
-//! The JSON shapes of the HTTP API beyond the model's own rows (which travel as the
-//! `schedstate::model` types serialize): list stubs, write answers, errors, the Raft
-//! configuration. Shared by the server and the [`Client`](crate::Client).
+//! The JSON shapes of the HTTP API: the rows in Nomad's shapes ([`nomad`]), the ACL
+//! shapes, write answers, errors, the Raft configuration, the event stream. Shared by
+//! the server and the [`Client`](crate::Client).
 //!
 //! Lists come in the store's key order, which is part of the API: nodes, plugins and
-//! a node's allocations by id; volumes by (namespace, id) — also with `prefix=` and
-//! no namespace. Rows are the model's serde forms (snake_case fields); volumes' secret
-//! values are always `"<redacted>"`.
+//! a node's allocations by id; volumes by (namespace, id). Volumes' secret values are
+//! always `"<redacted>"`. Commands (`POST /v1/commands`) keep the model's serde forms.
 
 mod acl;
 pub mod nomad;
