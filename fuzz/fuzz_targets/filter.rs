@@ -4,7 +4,8 @@
 //!
 //! What must hold: no panic and no hang on any input (the length and depth limits, the
 //! regex size limits); an expression that parses evaluates to the same answer twice
-//! and its negation `not (…)` to the opposite.
+//! and its negation `not (…)` to the opposite; its canonical text (`Display`) parses
+//! back (when within the length limit) to a filter with the same text and answers.
 #![no_main]
 
 use schedstate_filter::Filter;
@@ -37,9 +38,24 @@ fn run(data: &[u8]) {
         return;
     };
     let negated = Filter::parse(&format!("not ({src})"));
+    let text = filter.to_string();
+    let again = if text.len() <= schedstate_filter::MAX_LEN {
+        match Filter::parse(&text) {
+            Ok(again) => {
+                assert_eq!(again.to_string(), text, "{src:?}");
+                Some(again)
+            }
+            Err(e) => panic!("{src:?} printed as {text:?} does not parse: {e}"),
+        }
+    } else {
+        None
+    };
     for item in items() {
         let once = filter.matches(&item);
         assert_eq!(once, filter.matches(&item), "{src}");
+        if let Some(again) = &again {
+            assert_eq!(again.matches(&item), once, "{src:?} printed as {text:?}");
+        }
         if let Ok(n) = &negated {
             assert_eq!(n.matches(&item), !once, "not ({src})");
         }

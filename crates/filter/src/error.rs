@@ -51,6 +51,27 @@ pub(crate) fn near(src: &str, offset: usize) -> String {
         .collect()
 }
 
+/// The most characters of a regex error's reason kept.
+const REASON: usize = 100;
+
+/// Why a pattern was refused, without the pattern: the regex crate's syntax errors
+/// quote the whole pattern (untrusted, up to the input's length) above a caret and end
+/// with an `error: …` line, the reason, which is what we keep.
+pub(crate) fn regex_reason(e: &regex::Error) -> String {
+    let reason = match e {
+        regex::Error::CompiledTooBig(limit) => {
+            return format!("compiles to more than the limit of {limit} bytes");
+        }
+        regex::Error::Syntax(text) => text
+            .lines()
+            .rev()
+            .find_map(|l| l.trim().strip_prefix("error:"))
+            .unwrap_or("invalid syntax"),
+        _ => "invalid",
+    };
+    reason.trim().chars().take(REASON).collect()
+}
+
 pub(crate) fn expected(src: &str, offset: usize, what: &str) -> FilterError {
     FilterError::Expected {
         offset,

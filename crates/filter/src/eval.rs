@@ -2,12 +2,15 @@
 
 use serde_json::Value as Json;
 
-use crate::parse::{Cmp, Expr, Selector, Value};
+use std::cmp::Ordering;
 
+use crate::ast::{Cmp, Expr, Selector, Value};
+
+/// Recurses only as deep as the tree, which the parser bounds (see [`Expr`]).
 pub(crate) fn eval(e: &Expr, item: &Json) -> bool {
     match e {
-        Expr::And(a, b) => eval(a, item) && eval(b, item),
-        Expr::Or(a, b) => eval(a, item) || eval(b, item),
+        Expr::And(items) => items.iter().all(|e| eval(e, item)),
+        Expr::Or(items) => items.iter().any(|e| eval(e, item)),
         Expr::Not(a) => !eval(a, item),
         Expr::Compare(s, cmp, v) => resolve(item, s).is_some_and(|f| compare(f, *cmp, v)),
         Expr::Empty(s, negated) => {
@@ -19,7 +22,7 @@ pub(crate) fn eval(e: &Expr, item: &Json) -> bool {
         }
         Expr::Matches(s, re, negated) => resolve(item, s)
             .and_then(Json::as_str)
-            .is_some_and(|text| re.is_match(text) != *negated),
+            .is_some_and(|text| re.0.is_match(text) != *negated),
     }
 }
 
@@ -42,14 +45,22 @@ fn is_empty(v: &Json) -> bool {
     }
 }
 
+/// A number field against a literal read as a number: exactly when both are integers
+/// (Nomad's indexes are u64 and its times nanoseconds in i64, beyond f64's 2^53),
+/// as floats otherwise. `None`: the literal is no number, or a NaN is involved.
+fn number_order(n: &serde_json::Number, text: &str) -> Option<Ordering> {
+    let field = n.as_i64().map(i128::from).or(n.as_u64().map(i128::from));
+    if let (Some(a), Ok(b)) = (field, text.parse::<i128>()) {
+        return Some(a.cmp(&b));
+    }
+    n.as_f64()?.partial_cmp(&text.parse::<f64>().ok()?)
+}
+
 /// Whether a field equals a literal, by the field's type.
 fn equals(field: &Json, v: &Value) -> bool {
     match field {
         Json::String(s) => *s == v.text,
-        Json::Number(n) => match (n.as_f64(), v.text.parse::<f64>()) {
-            (Some(a), Ok(b)) => a == b,
-            _ => false,
-        },
+        Json::Number(n) => number_order(n, &v.text) == Some(Ordering::Equal),
         Json::Bool(b) => v.text == if *b { "true" } else { "false" },
         Json::Null => v.text == "null" && !v.numeric,
         _ => false,
@@ -58,20 +69,17 @@ fn equals(field: &Json, v: &Value) -> bool {
 
 fn compare(field: &Json, cmp: Cmp, v: &Value) -> bool {
     let order = match field {
-        Json::Number(n) => match (n.as_f64(), v.text.parse::<f64>()) {
-            (Some(a), Ok(b)) => a.partial_cmp(&b),
-            _ => None,
-        },
+        Json::Number(n) => number_order(n, &v.text),
         Json::String(s) => Some(s.as_str().cmp(v.text.as_str())),
         _ => None,
     };
     match cmp {
         Cmp::Eq => equals(field, v),
         Cmp::Ne => !equals(field, v),
-        Cmp::Lt => order.is_some_and(std::cmp::Ordering::is_lt),
-        Cmp::Le => order.is_some_and(std::cmp::Ordering::is_le),
-        Cmp::Gt => order.is_some_and(std::cmp::Ordering::is_gt),
-        Cmp::Ge => order.is_some_and(std::cmp::Ordering::is_ge),
+        Cmp::Lt => order.is_some_and(Ordering::is_lt),
+        Cmp::Le => order.is_some_and(Ordering::is_le),
+        Cmp::Gt => order.is_some_and(Ordering::is_gt),
+        Cmp::Ge => order.is_some_and(Ordering::is_ge),
     }
 }
 

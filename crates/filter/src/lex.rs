@@ -75,12 +75,7 @@ pub(crate) fn tokens(src: &str) -> Result<Vec<Token>, FilterError> {
                 loop {
                     match chars.next() {
                         Some((_, '"')) => break,
-                        Some((_, '\\')) => match chars.next() {
-                            Some((_, 'n')) => s.push('\n'),
-                            Some((_, 't')) => s.push('\t'),
-                            Some((_, e)) => s.push(e),
-                            None => return Err(expected(src, offset, "a closing \"")),
-                        },
+                        Some((at, '\\')) => s.push(escape(src, offset, at, &mut chars)?),
                         Some((_, ch)) => s.push(ch),
                         None => return Err(expected(src, offset, "a closing \"")),
                     }
@@ -134,6 +129,39 @@ pub(crate) fn tokens(src: &str) -> Result<Vec<Token>, FilterError> {
         out.push(Token { kind, offset });
     }
     Ok(out)
+}
+
+/// The character an escape after the backslash at `at` stands for, in the string
+/// opened at `open`. Go's escapes
+/// (go-bexpr unquotes as Go does), less the rare ones; an unknown escape is an error
+/// rather than the letter itself, so that `"\d+"` is not quietly the pattern `d+`
+/// (regexes are better written `` `\d+` ``).
+fn escape(
+    src: &str,
+    open: usize,
+    at: usize,
+    chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>,
+) -> Result<char, FilterError> {
+    const KNOWN: &str = "an escape: \\\", \\\\, \\n, \\r, \\t or \\u and 4 hex digits";
+    let c = match chars.next() {
+        Some((_, '"')) => '"',
+        Some((_, '\\')) => '\\',
+        Some((_, 'n')) => '\n',
+        Some((_, 'r')) => '\r',
+        Some((_, 't')) => '\t',
+        None => return Err(expected(src, open, "a closing \"")),
+        Some((_, 'u')) => {
+            // Exactly four digits: nothing read depends on a number in the input.
+            let mut code = 0;
+            for _ in 0..4 {
+                let digit = chars.next().and_then(|(_, d)| d.to_digit(16));
+                code = code * 16 + digit.ok_or_else(|| expected(src, at, KNOWN))?;
+            }
+            char::from_u32(code).ok_or_else(|| expected(src, at, KNOWN))?
+        }
+        _ => return Err(expected(src, at, KNOWN)),
+    };
+    Ok(c)
 }
 
 fn starts_number(src: &str, offset: usize) -> bool {

@@ -10,9 +10,14 @@
 //!           | selector "is" ["not"] "empty"
 //!           | selector ["not"] ("contains" | "matches") value
 //!           | value ["not"] "in" selector
-//! selector := name ("." name | "[" string "]")*
+//! selector := part ("." part | "[" string "]")*       part := name | number
 //! value    := "quoted" | `raw` | number | true | false | bareword
 //! ```
+//!
+//! Keywords (`and or not in is empty contains matches`) are names the parser
+//! recognises in place; they cannot be a selector's first part nor a bareword value,
+//! but may follow a dot (`Meta.in`). Strings take `\"`, `\\`, `\n` and `\t` escapes;
+//! a backquoted string takes none.
 //!
 //! ```
 //! use schedstate_filter::Filter;
@@ -30,22 +35,35 @@
 //! field, or a path through a non-object) makes its match false — whatever the
 //! operator, negated ones included — except `is empty`, which is true for it (and for
 //! `null`, `""`, `[]`, `{}`). Numbers compare numerically (a value is parsed as a
-//! number against a number field), strings lexically, booleans with `true`/`false`.
+//! number against a number field; exactly when both are integers, so nanosecond times
+//! and u64 indexes compare right), strings lexically, booleans with `true`/`false`.
 //! `contains` and `in` look for a substring in a string, an element in an array, a key
 //! in an object.
 //!
 //! Untrusted input: at most [`MAX_LEN`] bytes and [`MAX_DEPTH`] levels of nesting (no
 //! unbounded recursion), regular expressions compiled with memory limits, no panic on
 //! any input (a fuzz target holds it to that), errors quoting at most a few dozen
-//! characters of the input.
+//! characters of the input (the regex crate's errors, which quote the whole pattern,
+//! are cut to their reason).
+//!
+//! Design: a lexer makes the whole token list (the input is bounded), a recursive
+//! descent parser counts its nesting, and the tree it builds holds everything the
+//! evaluation needs — compiled regexes included — so [`Filter::matches`] allocates
+//! nothing and never fails. `and`/`or` keep their operands in lists, so the tree is
+//! only as deep as the parentheses and `not`s. A filter prints ([`Display`]) as
+//! canonical text that parses back to the same filter.
+//!
+//! [`Display`]: std::fmt::Display
 //!
 //! | file | what |
 //! |---|---|
 //! | `lex.rs` | bytes to tokens |
-//! | `parse.rs` | tokens to the expression tree |
+//! | `ast.rs` | the expression tree, and its canonical text |
+//! | `parse.rs` | tokens to the tree |
 //! | `eval.rs` | the tree over a JSON value |
 //! | `error.rs` | `FilterError` |
 
+mod ast;
 mod error;
 mod eval;
 mod lex;
@@ -62,7 +80,7 @@ pub const MAX_DEPTH: usize = 64;
 /// A parsed filter expression: cheap to evaluate on many items.
 #[derive(Debug, Clone)]
 pub struct Filter {
-    expr: parse::Expr,
+    expr: ast::Expr,
 }
 
 impl Filter {
@@ -88,6 +106,15 @@ impl Filter {
     }
 }
 
+/// The canonical text of the filter: the same meaning, `in` written as `contains`,
+/// strings quoted, only the parentheses the meaning needs. It parses back to an equal
+/// filter (when it fits [`MAX_LEN`]: quoting barewords can lengthen it).
+impl std::fmt::Display for Filter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.expr.fmt(f)
+    }
+}
+
 impl std::str::FromStr for Filter {
     type Err = FilterError;
 
@@ -96,5 +123,7 @@ impl std::str::FromStr for Filter {
     }
 }
 
+#[cfg(test)]
+mod roundtrip_tests;
 #[cfg(test)]
 mod tests;

@@ -1,46 +1,13 @@
 //! Tokens to the expression tree, by recursive descent with an explicit depth bound
-//! (`not` and parentheses are the only ways to nest; each level is counted).
+//! (`not` and parentheses are the only ways to nest; each level is counted, so the
+//! recursion is bounded whatever the input).
 
-use regex::{Regex, RegexBuilder};
+use regex::RegexBuilder;
 
 use crate::MAX_DEPTH;
-use crate::error::{FilterError, expected};
+use crate::ast::{Cmp, Expr, Pattern, Selector, Value};
+use crate::error::{FilterError, expected, regex_reason};
 use crate::lex::{Kind, Token};
-
-/// A path into the item: object keys, in order.
-pub(crate) type Selector = Vec<String>;
-
-/// A literal as written; compared by the field's type at evaluation.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Value {
-    pub text: String,
-    /// Written as a number (unquoted).
-    pub numeric: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) enum Expr {
-    And(Box<Expr>, Box<Expr>),
-    Or(Box<Expr>, Box<Expr>),
-    Not(Box<Expr>),
-    Compare(Selector, Cmp, Value),
-    /// `is empty`; negated: `is not empty`.
-    Empty(Selector, bool),
-    /// `selector contains value` / `value in selector`; negated with `not`.
-    Contains(Selector, Value, bool),
-    /// `selector matches "re"`; negated with `not`.
-    Matches(Selector, Box<Regex>, bool),
-}
 
 /// The most memory one `matches` pattern may compile to.
 const REGEX_BYTES: usize = 1 << 20;
@@ -93,21 +60,19 @@ impl Parser<'_> {
     }
 
     fn or(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.and()?;
+        let mut items = vec![self.and()?];
         while self.eat_keyword("or") {
-            let right = self.and()?;
-            left = Expr::Or(Box::new(left), Box::new(right));
+            items.push(self.and()?);
         }
-        Ok(left)
+        Ok(one_or(items, Expr::Or))
     }
 
     fn and(&mut self) -> Result<Expr, FilterError> {
-        let mut left = self.unary()?;
+        let mut items = vec![self.unary()?];
         while self.eat_keyword("and") {
-            let right = self.unary()?;
-            left = Expr::And(Box::new(left), Box::new(right));
+            items.push(self.unary()?);
         }
-        Ok(left)
+        Ok(one_or(items, Expr::And))
     }
 
     fn deeper(&mut self) -> Result<(), FilterError> {
@@ -144,21 +109,27 @@ impl Parser<'_> {
 
     /// A selector (`a.b["c"]`) starting at the current token.
     fn selector(&mut self) -> Result<Selector, FilterError> {
-        let mut path = match self.peek() {
-            Some(Kind::Name(n)) if !is_keyword(n) => vec![n.clone()],
+        let mut path = Vec::new();
+        match self.peek() {
+            // A number first: `0.x == y` names the field "0" (it never parses as a
+            // value here, `value in` having been tried first).
+            Some(Kind::Name(n) | Kind::Number(n)) if !is_keyword(n) => {
+                let n = n.clone();
+                self.dotted(&n, &mut path)?;
+            }
             _ => return Err(expected(self.src, self.offset(), "a field name")),
-        };
-        self.at += 1;
+        }
         loop {
             match self.peek() {
                 Some(Kind::Dot) => {
                     self.at += 1;
                     match self.peek() {
-                        Some(Kind::Name(n)) => path.push(n.clone()),
-                        Some(Kind::Number(n)) => path.push(n.clone()),
+                        Some(Kind::Name(n) | Kind::Number(n)) => {
+                            let n = n.clone();
+                            self.dotted(&n, &mut path)?;
+                        }
                         _ => return Err(expected(self.src, self.offset(), "a field name after .")),
                     }
-                    self.at += 1;
                 }
                 Some(Kind::LBracket) => {
                     self.at += 1;
@@ -175,6 +146,24 @@ impl Parser<'_> {
                 _ => return Ok(path),
             }
         }
+    }
+
+    /// Consumes the current token, `text`, as path parts. The lexer reads `1.5` (and
+    /// `1.5x`) as one token, so in a selector its dots separate parts: `Meta.1.5` is the
+    /// path Meta → 1 → 5, as its dots say, not the key "1.5" (that is `Meta["1.5"]`).
+    fn dotted(&mut self, text: &str, path: &mut Selector) -> Result<(), FilterError> {
+        for part in text.split('.') {
+            if part.is_empty() {
+                return Err(expected(
+                    self.src,
+                    self.offset(),
+                    "a field name between dots",
+                ));
+            }
+            path.push(part.to_string());
+        }
+        self.at += 1;
+        Ok(())
     }
 
     fn value(&mut self) -> Result<Value, FilterError> {
@@ -252,9 +241,9 @@ impl Parser<'_> {
                 .build()
                 .map_err(|e| FilterError::BadRegex {
                     offset,
-                    reason: e.to_string().chars().take(120).collect(),
+                    reason: regex_reason(&e),
                 })?;
-            return Ok(Expr::Matches(s, Box::new(re), negated));
+            return Ok(Expr::Matches(s, Pattern(re), negated));
         }
         Err(expected(
             self.src,
@@ -269,4 +258,14 @@ fn is_keyword(n: &str) -> bool {
         n,
         "and" | "or" | "not" | "in" | "is" | "empty" | "contains" | "matches"
     )
+}
+
+/// The expression of a one-item list, or `make` of the list.
+fn one_or(mut items: Vec<Expr>, make: fn(Vec<Expr>) -> Expr) -> Expr {
+    if items.len() == 1
+        && let Some(only) = items.pop()
+    {
+        return only;
+    }
+    make(items)
 }
