@@ -42,6 +42,10 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Serialize;
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{
+    DefaultPredicate, NotForContentType, Predicate, SizeAbove,
+};
 
 pub use error::ApiError;
 pub(crate) use serve::{Connection, HandshakeFailures, serve};
@@ -175,12 +179,24 @@ pub(crate) fn router(st: AppState) -> Router {
         .merge(any_token)
         .merge(public)
         .fallback(not_found)
+        .layer(compression())
         .layer(from_fn_with_state(st.clone(), auth::guard));
     // The servers' route answers to the cluster key, not to a client token.
     Router::new()
         .route(crate::transport::RAFT_RPC_PATH, post(raft_rpc::raft_rpc))
         .merge(api)
         .with_state(st)
+}
+
+/// gzip for clients that ask (`Accept-Encoding: gzip`), on answers of 1 KiB or more —
+/// except the event stream (each line must leave at once, not wait in a compressor)
+/// and snapshot downloads (streamed; compressing a few hundred MiB would hold a core).
+fn compression() -> CompressionLayer<impl Predicate> {
+    let predicate = DefaultPredicate::new()
+        .and(SizeAbove::new(1024))
+        .and(NotForContentType::const_new("application/x-ndjson"))
+        .and(NotForContentType::const_new("application/octet-stream"));
+    CompressionLayer::new().gzip(true).compress_when(predicate)
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {

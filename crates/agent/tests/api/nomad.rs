@@ -123,3 +123,48 @@ async fn lists_page_filter_reverse_and_take_namespaces() {
     );
     agents.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_gzipped_for_clients_that_ask_but_streams_are_not() {
+    use std::io::Read;
+    let agents = Agents::start(1, None).await;
+    let c = agents.client(0);
+    for i in 0..40 {
+        c.apply(&upsert(&format!("node-{i:02}"), "ebs"))
+            .await
+            .unwrap();
+    }
+    let http = crate::support::http();
+    let resp = http
+        .get(agents.url(0, "/v1/nodes?full=true"))
+        .header("Accept-Encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.headers()["content-encoding"], "gzip");
+    let zipped = resp.bytes().await.unwrap();
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&zipped[..])
+        .read_to_string(&mut text)
+        .expect("gzip");
+    let nodes: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(nodes.as_array().unwrap().len(), 40);
+    assert!(
+        zipped.len() < text.len() / 2,
+        "{} of {}",
+        zipped.len(),
+        text.len()
+    );
+    // Without asking, plain; the event stream never (each line leaves at once).
+    let plain = http.get(agents.url(0, "/v1/nodes")).send().await.unwrap();
+    assert!(!plain.headers().contains_key("content-encoding"));
+    let stream = http
+        .get(agents.url(0, "/v1/event/stream?index=0"))
+        .header("Accept-Encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert!(!stream.headers().contains_key("content-encoding"));
+    drop(stream);
+    agents.shutdown().await;
+}
