@@ -204,6 +204,12 @@ def main():
         check("blocked answer eligibility", answer["node"]["SchedulingEligibility"], "ineligible")
     n.node.eligible_node(node_id, eligible=True)
 
+    # Stop an allocation through the client's own call.
+    running = sorted(i for i, a in want_allocs.items() if a["DesiredStatus"] == "run")[-1]
+    stopped = n.allocation.stop_allocation(running)
+    check("stop answers an index", stopped["Index"] > 0, True)
+    check("stopped", n.allocation.get_allocation(running)["DesiredStatus"], "stop")
+
     # Drain on and off through the client's own call.
     n.node.drain_node_with_spec(node_id, {"Deadline": 0}, None)
     check("drained", n.node.get_node(node_id)["Drain"], True)

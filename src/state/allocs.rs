@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::engine::Key;
-use crate::model::{Allocation, Id};
+use crate::model::{Allocation, DesiredStatus, Id};
 
-use super::error::Result;
+use super::error::{Result, StateError};
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
@@ -32,6 +32,27 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
         }
     }
     w.flush_plugins()
+}
+
+/// Stops allocations: desired status `stop`, as an upsert of the stored row with
+/// that one change would (so the plugin instances they ran go, docs/rules.md §4.4);
+/// one already stopped is left as it is. Atomic: an unknown id fails all.
+pub(crate) fn stop_allocs(w: &mut Writer, ids: &[Id]) -> Result<()> {
+    let mut changed = Vec::new();
+    for id in ids {
+        let Some(stored) = w.view().alloc(id) else {
+            return Err(StateError::AllocNotFound(id.clone()));
+        };
+        if stored.desired_status != DesiredStatus::Stop {
+            let mut alloc = (*stored).clone();
+            alloc.desired_status = DesiredStatus::Stop;
+            changed.push(alloc);
+        }
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    upsert_allocs(w, changed)
 }
 
 /// Deletes allocations; missing ids are skipped and plugins are not changed.

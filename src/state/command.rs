@@ -104,6 +104,14 @@ pub enum Command {
         /// The tokens' accessor ids.
         accessor_ids: Vec<Id>,
     },
+    /// Stop allocations (Nomad's `alloc stop`): desired status `stop`, with what an
+    /// upsert of that change does (their plugin instances go). Atomic: an unknown id
+    /// fails all; one already stopped is unchanged. (Appended: variant numbers are part
+    /// of the log format.)
+    StopAllocs {
+        /// The alloc ids.
+        ids: Vec<Id>,
+    },
 }
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
@@ -136,6 +144,7 @@ impl Command {
             Command::AclBootstrap { .. } => "acl_bootstrap",
             Command::CreateAclTokens { .. } => "create_acl_tokens",
             Command::DeleteAclTokens { .. } => "delete_acl_tokens",
+            Command::StopAllocs { .. } => "stop_allocs",
         }
     }
 

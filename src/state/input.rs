@@ -356,6 +356,10 @@ impl Command {
                     claim("claim", &c.claim)
                 })
             }
+            Command::StopAllocs { ids } => {
+                some("stop allocations", ids)?;
+                list("ids", ids, |i| id("allocation id", i))
+            }
             Command::AclBootstrap { token } => acl_token_row(token),
             Command::CreateAclTokens { tokens } => {
                 some("create ACL tokens", tokens)?;

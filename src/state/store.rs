@@ -274,5 +274,6 @@ pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
         Command::AclBootstrap { token } => acl::bootstrap(w, token),
         Command::CreateAclTokens { tokens } => acl::create(w, tokens),
         Command::DeleteAclTokens { accessor_ids } => acl::delete(w, accessor_ids),
+        Command::StopAllocs { ids } => allocs::stop_allocs(w, ids),
     }
 }

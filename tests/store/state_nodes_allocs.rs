@@ -1547,3 +1547,59 @@ fn owned_and_borrowed_commands_give_the_same_state() {
     assert!(owned.apply_owned(10, bad).is_err());
     assert_eq!(canonical(&owned), before);
 }
+
+// ---------------------------------------------------------------------------------
+// Stop allocations.
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn stopping_an_alloc_is_an_upsert_of_desired_stop_and_takes_its_instances() {
+    let store = cluster();
+    store
+        .apply(
+            4,
+            &Command::StopAllocs {
+                ids: vec!["f1".into()],
+            },
+        )
+        .unwrap();
+    let snap = store.snapshot();
+    let v = snap.view();
+    let f1 = v.alloc("f1").unwrap();
+    assert_eq!(f1.desired_status, schedstate::model::DesiredStatus::Stop);
+    assert_eq!((f1.create_index, f1.modify_index), (1, 4));
+    // nfs had only f1's instance: the plugin is gone with it; ebs is untouched.
+    assert!(v.csi_plugin("nfs").is_none());
+    assert_eq!(v.csi_plugin("ebs").unwrap().modify_index, 3);
+    // Stopped again: no row changes, not even the alloc's modify index.
+    store
+        .apply(
+            5,
+            &Command::StopAllocs {
+                ids: vec!["f1".into()],
+            },
+        )
+        .unwrap();
+    assert_eq!(store.snapshot().view().alloc("f1").unwrap().modify_index, 4);
+    assert_eq!(store.snapshot().view().table_index(Table::Allocs), 4);
+}
+
+#[test]
+fn stopping_an_unknown_alloc_stops_none() {
+    let store = cluster();
+    let before = canonical(&store);
+    let err = store
+        .apply(
+            4,
+            &Command::StopAllocs {
+                ids: vec!["a1".into(), "ghost".into()],
+            },
+        )
+        .unwrap_err();
+    assert_eq!(err, StateError::AllocNotFound("ghost".into()));
+    assert_eq!(canonical(&store), before);
+    let err = store
+        .apply(4, &Command::StopAllocs { ids: vec![] })
+        .unwrap_err();
+    assert_eq!(err.kind(), "EmptyRequest");
+}

@@ -137,6 +137,10 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/node/{id}/eligibility", post(node_writes::eligibility))
         .route("/v1/node/{id}/drain", post(node_writes::drain))
         .route(
+            "/v1/allocation/{id}/stop",
+            post(node_writes::stop_allocation),
+        )
+        .route(
             "/v1/volume/csi/{id}",
             put(volume_writes::register).delete(volume_writes::deregister),
         )

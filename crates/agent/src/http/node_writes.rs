@@ -1,4 +1,5 @@
-//! The node writes Nomad's clients make, mapped onto the store's commands:
+//! The node and allocation writes Nomad's clients make, mapped onto the store's
+//! commands (`POST /v1/allocation/{id}/stop` is here too):
 //! `POST /v1/node/{id}/eligibility` (`{"Eligibility": "eligible"|"ineligible"}`) and
 //! `POST /v1/node/{id}/drain` (`{"DrainSpec": {…}|null, "MarkEligible": bool}`, or the
 //! older `?enable=true|false` without a body). The answer is Nomad's
@@ -111,4 +112,27 @@ pub(crate) async fn drain(
         }
     }
     updated(&st, index, p.pretty)
+}
+
+/// `POST /v1/allocation/{id}/stop` (Nomad's `alloc stop`): desired status `stop`.
+/// Nomad answers with the evaluation it made; the store schedules nothing, so
+/// `EvalID` is empty.
+pub(crate) async fn stop_allocation(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Checked(p): Checked,
+) -> Response {
+    let command = Command::StopAllocs {
+        ids: vec![id.as_str().into()],
+    };
+    match commit(&st, command).await {
+        Ok(index) => json(
+            &st,
+            StatusCode::OK,
+            index,
+            &serde_json::json!({"EvalID": "", "Index": index}),
+            p.pretty,
+        ),
+        Err(e) => e.into_response(),
+    }
 }

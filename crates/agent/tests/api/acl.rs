@@ -97,6 +97,7 @@ fn routes() -> Vec<Route> {
             needs: AclScope::Write,
         },
         r("DELETE", "/v1/volume/csi/v9", AclScope::Write),
+        r("POST", "/v1/allocation/a1/stop", AclScope::Write),
         r("GET", "/v1/allocations", AclScope::Read),
         r("GET", "/v1/operator/snapshot", AclScope::Operator),
         r("GET", "/v1/operator/raft/configuration", AclScope::Operator),
