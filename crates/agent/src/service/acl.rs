@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::Service;
+use crate::cluster_key::hex;
 
 /// Why a request is not let through.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,13 +74,7 @@ pub(crate) struct Caller {
 
 /// The SHA-256 of a secret, as the tokens table stores it (64 lowercase hex digits).
 pub(crate) fn hash_secret(secret: &str) -> String {
-    let digest = Sha256::digest(secret.as_bytes());
-    let mut hex = String::with_capacity(64);
-    for b in digest {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(b >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(b & 15)]));
-    }
-    hex
+    hex(&Sha256::digest(secret.as_bytes()))
 }
 
 /// A new random identifier in the UUID v4 form (122 random bits): a secret or an
@@ -89,7 +84,7 @@ pub(crate) fn new_uuid() -> Result<String, getrandom::Error> {
     getrandom::fill(&mut b)?;
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let hex = hex(&b);
     Ok(format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],

@@ -135,12 +135,12 @@ impl TryFrom<NomadAllocListStub> for Allocation {
 
     /// The allocation a stub stands for (no volume requests: a stub has none).
     fn try_from(a: NomadAllocListStub) -> Result<Self, ShapeError> {
-        Ok(Allocation {
-            id: a.id.into(),
-            namespace: a.namespace.into(),
-            job_id: a.job_id.into(),
-            task_group: a.task_group.into(),
-            node_id: a.node_id.into(),
+        Allocation::try_from(NomadAllocation {
+            id: a.id,
+            namespace: a.namespace,
+            job_id: a.job_id,
+            task_group: a.task_group,
+            node_id: a.node_id,
             desired_status: a.desired_status,
             client_status: a.client_status,
             csi_volume_requests: Vec::new(),
