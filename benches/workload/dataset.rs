@@ -163,6 +163,7 @@ impl Dataset {
                     id: self.alloc_ids[k].clone(),
                     namespace: default_ns.clone(),
                     job_id: Id::from(format!("job-{:03}", k % 500)),
+                    job_version: 0,
                     task_group: task_group.clone(),
                     node_id: nid.clone(),
                     desired_status: DesiredStatus::Run,

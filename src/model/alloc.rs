@@ -54,6 +54,10 @@ pub struct Allocation {
     pub namespace: Id,
     /// The job the allocation belongs to.
     pub job_id: Id,
+    /// The version of the job the allocation runs (0 for a job never updated, or one
+    /// the jobs table does not hold).
+    #[serde(default)]
+    pub job_version: u64,
     /// The task group of the job the allocation runs.
     pub task_group: Id,
     /// The node the allocation is placed on.
@@ -104,6 +108,7 @@ mod tests {
             id: id("a1"),
             namespace: id("default"),
             job_id: id("web"),
+            job_version: 0,
             task_group: "frontend".into(),
             node_id: id("n1"),
             desired_status: desired,

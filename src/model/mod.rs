@@ -11,6 +11,7 @@ mod acl;
 mod alloc;
 mod csi_info;
 mod fingerprints;
+mod job;
 mod node;
 mod plugin;
 mod stub;
@@ -20,8 +21,9 @@ pub use acl::{AclScope, AclToken};
 pub use alloc::{Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
 pub use csi_info::{CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiTopology};
 pub use fingerprints::Fingerprints;
+pub use job::{CsiPluginType, Expected, Job, JobStatus, JobType, Task, TaskCsiPlugin, TaskGroup};
 pub use node::{Node, NodeStatus};
-pub use plugin::{CsiPlugin, PluginInstances};
+pub use plugin::{CsiPlugin, PluginInstances, PluginJob};
 pub use stub::AllocListStub;
 pub use volume::{
     CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{AllocListStub, CsiInfo, Id};
+use super::{AllocListStub, CsiInfo, Expected, Id};
 
 /// The instances of one kind (controllers or nodes) of one plugin, by node id.
 ///
@@ -140,9 +140,23 @@ impl<'de> Deserialize<'de> for PluginInstances {
     }
 }
 
-/// A CSI plugin: every controller and node instance of one plugin id in the cluster.
+/// One live job's expectation of a plugin's instances (docs/rules.md §4.10).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginJob {
+    /// The job's namespace.
+    pub namespace: Id,
+    /// The job's id.
+    pub job_id: Id,
+    /// How many instances the job expects (never both zero in a stored plugin).
+    pub expected: Expected,
+}
+
+/// A CSI plugin: every controller and node instance of one plugin id in the cluster,
+/// and what the live jobs that run it expect.
 ///
-/// Health counts are derived from the instance maps, never stored separately.
+/// Health counts are derived from the instance maps, expected counts from the job
+/// expectations; neither is stored separately.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsiPlugin {
     /// The plugin's id (global; the key of the plugins table).
@@ -159,6 +173,10 @@ pub struct CsiPlugin {
     /// The node instances, by node id.
     #[serde(default)]
     pub nodes: PluginInstances,
+    /// The live jobs that expect instances of the plugin, in (namespace, job id)
+    /// order, each once, none expecting nothing.
+    #[serde(default)]
+    pub jobs: Vec<PluginJob>,
     /// Stubs of the allocations running the instances; filled only on a denormalized copy.
     #[serde(default)]
     pub allocations: Vec<AllocListStub>,
@@ -178,6 +196,7 @@ impl CsiPlugin {
             controller_required: false,
             controllers: PluginInstances::new(),
             nodes: PluginInstances::new(),
+            jobs: Vec::new(),
             allocations: Vec::new(),
             create_index: index,
             modify_index: index,
@@ -189,9 +208,10 @@ impl CsiPlugin {
         self.controllers.healthy()
     }
 
-    /// The number of controller instances.
+    /// The number of controller instances the live jobs that run the plugin expect.
     pub fn controllers_expected(&self) -> usize {
-        self.controllers.len()
+        let sum: u64 = self.jobs.iter().map(|j| j.expected.controllers).sum();
+        usize::try_from(sum).unwrap_or(usize::MAX)
     }
 
     /// The number of healthy node instances.
@@ -199,14 +219,55 @@ impl CsiPlugin {
         self.nodes.healthy()
     }
 
-    /// The number of node instances.
+    /// The number of node instances the live jobs that run the plugin expect.
     pub fn nodes_expected(&self) -> usize {
-        self.nodes.len()
+        let sum: u64 = self.jobs.iter().map(|j| j.expected.nodes).sum();
+        usize::try_from(sum).unwrap_or(usize::MAX)
     }
 
-    /// Whether the plugin has no instances of either kind (and so must not be stored).
+    /// What job (`namespace`, `job_id`) expects of the plugin (zero if it expects
+    /// nothing).
+    pub fn job_expectation(&self, namespace: &str, job_id: &str) -> Expected {
+        self.jobs
+            .binary_search_by(|j| (&*j.namespace, &*j.job_id).cmp(&(namespace, job_id)))
+            .map_or(Expected::default(), |at| self.jobs[at].expected)
+    }
+
+    /// Sets what a job expects of the plugin (zero removes the job); returns whether
+    /// that changed anything.
+    pub fn set_job_expectation(&mut self, namespace: &Id, job_id: &Id, expected: Expected) -> bool {
+        let found = self
+            .jobs
+            .binary_search_by(|j| (&*j.namespace, &*j.job_id).cmp(&(&**namespace, &**job_id)));
+        match (found, expected.is_zero()) {
+            (Ok(at), true) => {
+                self.jobs.remove(at);
+                true
+            }
+            (Ok(at), false) => {
+                let changed = self.jobs[at].expected != expected;
+                self.jobs[at].expected = expected;
+                changed
+            }
+            (Err(_), true) => false,
+            (Err(at), false) => {
+                self.jobs.insert(
+                    at,
+                    PluginJob {
+                        namespace: namespace.clone(),
+                        job_id: job_id.clone(),
+                        expected,
+                    },
+                );
+                true
+            }
+        }
+    }
+
+    /// Whether the plugin has no instances of either kind and no live job expects any
+    /// (and so must not be stored).
     pub fn is_empty(&self) -> bool {
-        self.controllers.is_empty() && self.nodes.is_empty()
+        self.controllers.is_empty() && self.nodes.is_empty() && self.jobs.is_empty()
     }
 }
 
@@ -358,13 +419,26 @@ mod tests {
         plug.nodes.insert(id("n2"), info(false));
         assert!(!plug.is_empty());
         assert_eq!(plug.controllers_healthy(), 1);
-        assert_eq!(plug.controllers_expected(), 1);
         assert_eq!(plug.nodes_healthy(), 1);
-        assert_eq!(plug.nodes_expected(), 2);
+        // Expected counts come from jobs, not from instances.
+        assert_eq!((plug.controllers_expected(), plug.nodes_expected()), (0, 0));
+        let e = |controllers, nodes| Expected { controllers, nodes };
+        assert!(plug.set_job_expectation(&id("default"), &id("b"), e(1, 2)));
+        assert!(plug.set_job_expectation(&id("default"), &id("a"), e(0, 3)));
+        assert!(!plug.set_job_expectation(&id("default"), &id("a"), e(0, 3)));
+        assert!(!plug.set_job_expectation(&id("default"), &id("c"), e(0, 0)));
+        assert_eq!((plug.controllers_expected(), plug.nodes_expected()), (1, 5));
+        assert_eq!(plug.job_expectation("default", "a"), e(0, 3));
+        assert_eq!(plug.job_expectation("default", "zz"), e(0, 0));
+        let order: Vec<&str> = plug.jobs.iter().map(|j| &*j.job_id).collect();
+        assert_eq!(order, ["a", "b"]);
         plug.controllers.remove("n1");
-        assert!(!plug.is_empty());
         plug.nodes.remove("n1");
         plug.nodes.remove("n2");
+        // No instance, but live jobs expect some: not empty.
+        assert!(!plug.is_empty());
+        assert!(plug.set_job_expectation(&id("default"), &id("a"), e(0, 0)));
+        assert!(plug.set_job_expectation(&id("default"), &id("b"), e(0, 0)));
         assert!(plug.is_empty());
     }
 }

@@ -154,10 +154,21 @@ impl DurableStore {
         }
         let last_applied = recovered.report.last_applied;
         let writer = match recovered.tail.clone() {
-            Some((seq, path, len, last, torn_header)) => {
+            Some((seq, path, len, last, torn_header, older)) => {
                 if torn_header {
                     fs::remove_file(&path)?;
                     create_segment(&dir, seq, last_applied)?
+                } else if older {
+                    // A segment of an older format is read, never appended to: records
+                    // of this build go to a new segment after it (a torn tail is cut
+                    // first, so the older segment ends on a whole record).
+                    if recovered.report.torn_tail.is_some() {
+                        let file = fs::open_append(&path)?;
+                        fs::set_len(&file, &path, len)?;
+                        fs::sync_all(&file, &path)?;
+                        tracing::warn!(path = %path.display(), offset = len, "truncated a torn log record");
+                    }
+                    create_segment(&dir, seq + 1, last)?
                 } else {
                     if recovered.report.torn_tail.is_some() {
                         let file = fs::open_append(&path)?;

@@ -74,8 +74,9 @@ pub(crate) fn list(dir: &Path) -> Result<Listing> {
 pub(crate) struct Recovered {
     pub(crate) store: StateStore,
     pub(crate) report: OpenReport,
-    /// The last segment: (seq, path, valid length, last index, torn header).
-    pub(crate) tail: Option<(u64, PathBuf, u64, u64, bool)>,
+    /// The last segment: (seq, path, valid length, last index, torn header, written by
+    /// an older format version).
+    pub(crate) tail: Option<(u64, PathBuf, u64, u64, bool, bool)>,
     pub(crate) listing: Listing,
 }
 
@@ -209,7 +210,15 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
         report.segments.push(path.clone());
         if is_last {
             let last = log_end.unwrap_or(snap_index).max(snap_index);
-            tail = Some((*seq, path.clone(), scan.valid_len, last, scan.torn_header));
+            let older = scan.version < super::wal::WAL_VERSION;
+            tail = Some((
+                *seq,
+                path.clone(),
+                scan.valid_len,
+                last,
+                scan.torn_header,
+                older,
+            ));
         }
     }
     report.last_applied = store.snapshot().view().last_applied();

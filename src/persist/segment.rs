@@ -44,14 +44,25 @@ pub const MAX_RECORD: u32 = 64 << 20;
 pub struct SegmentFormat {
     /// The first 8 bytes of each segment.
     pub magic: &'static [u8; 8],
-    /// The format version written and accepted.
+    /// The format version written (and the newest read).
     pub version: u32,
+    /// The oldest format version read. A segment of an older version than `version`
+    /// is read, never appended to: a writer that finds one at the tail starts a new
+    /// segment.
+    pub oldest_version: u32,
     /// What the files are called in errors ("log segment", "raft log segment").
     pub kind: &'static str,
-    /// Whether `payload` decodes as one of this log's records, and if so its index.
-    /// Used to tell a torn tail from damage followed by valid records, and to count
-    /// what a repair drops.
-    pub probe: fn(payload: &[u8]) -> Option<u64>,
+    /// Whether `payload`, of a segment of format `version`, decodes as one of this
+    /// log's records, and if so its index. Used to tell a torn tail from damage
+    /// followed by valid records, and to count what a repair drops.
+    pub probe: fn(version: u32, payload: &[u8]) -> Option<u64>,
+}
+
+impl SegmentFormat {
+    /// Whether this build reads segments of format `version`.
+    pub fn reads(&self, version: u32) -> bool {
+        (self.oldest_version..=self.version).contains(&version)
+    }
 }
 
 fn record_crc(len: [u8; 4], payload: &[u8]) -> u32 {
@@ -330,11 +341,14 @@ pub struct Scan {
     pub torn_bytes: u64,
     /// The header itself was torn (a crash while creating the segment).
     pub torn_header: bool,
+    /// The segment's format version (the written one for a torn header).
+    pub version: u32,
 }
 
 /// Reads the segment `path` of `format`, calling `on_header` with its sequence number
 /// and previous index once the header is checked (not for a torn header), then
-/// `decode` and `on_record` for each record in order. With `last` (the last segment),
+/// `decode` (with the segment's format version) and `on_record` for each record in
+/// order. With `last` (the last segment),
 /// a torn tail is reported in the result instead of failing.
 ///
 /// # Errors
@@ -346,7 +360,7 @@ pub fn scan_segment<R>(
     path: &Path,
     last: bool,
     on_header: impl FnOnce(u64, u64) -> Result<()>,
-    mut decode: impl FnMut(&[u8]) -> std::result::Result<R, String>,
+    mut decode: impl FnMut(u32, &[u8]) -> std::result::Result<R, String>,
     mut on_record: impl FnMut(Record<R>) -> Result<()>,
 ) -> Result<Scan> {
     let bytes = std::fs::read(path).at(path)?;
@@ -374,7 +388,7 @@ pub fn scan_segment<R>(
         }
         if bytes.len() >= 12 {
             let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-            if version != format.version {
+            if !format.reads(version) {
                 return Err(unsupported(version));
             }
         }
@@ -385,6 +399,7 @@ pub fn scan_segment<R>(
                 valid_len: 0,
                 torn_bytes: total,
                 torn_header: true,
+                version: format.version,
             });
         }
         return Err(corrupt(0, "segment shorter than its header".into()));
@@ -402,7 +417,7 @@ pub fn scan_segment<R>(
     // The version first: another version's header may be laid out differently, so
     // its checksum cannot be checked as ours.
     let version = u32_at(8);
-    if version != format.version {
+    if !format.reads(version) {
         return Err(unsupported(version));
     }
     if u32_at(28) != crc32fast::hash(&bytes[0..28]) {
@@ -423,13 +438,14 @@ pub fn scan_segment<R>(
         // segment. A whole valid record after the damage proves it is not that (a
         // damaged length, a flipped byte) but corruption, which must not be truncated.
         let torn = |reason: String| -> Result<Scan> {
-            if last && !valid_record_after(format, &bytes, at) {
+            if last && !valid_record_after(format, version, &bytes, at) {
                 Ok(Scan {
                     seq,
                     prev_index,
                     valid_len: at,
                     torn_bytes: remaining,
                     torn_header: false,
+                    version,
                 })
             } else {
                 Err(corrupt(at, reason))
@@ -449,7 +465,7 @@ pub fn scan_segment<R>(
         }
         let payload = &bytes[p + 8..end as usize];
         if record_crc(len.to_le_bytes(), payload) != stored_crc {
-            if end == total && last && !valid_record_after(format, &bytes, at) {
+            if end == total && last && !valid_record_after(format, version, &bytes, at) {
                 return torn("last record fails its checksum".into());
             }
             return Err(PersistError::Checksum {
@@ -464,8 +480,8 @@ pub fn scan_segment<R>(
                 format!("record length {len} exceeds the limit"),
             ));
         }
-        let value =
-            decode(payload).map_err(|err| corrupt(at, format!("record does not decode: {err}")))?;
+        let value = decode(version, payload)
+            .map_err(|err| corrupt(at, format!("record does not decode: {err}")))?;
         on_record(Record {
             offset: at,
             end,
@@ -479,6 +495,7 @@ pub fn scan_segment<R>(
         valid_len: total,
         torn_bytes: 0,
         torn_header: false,
+        version,
     })
 }
 
@@ -494,7 +511,13 @@ enum Candidate {
 
 /// Looks for a valid record at offset `p` of `bytes`, charging what it checksums to
 /// `budget` (a bound on the work forged input can cause).
-fn candidate(format: &SegmentFormat, bytes: &[u8], p: usize, budget: &mut u64) -> Candidate {
+fn candidate(
+    format: &SegmentFormat,
+    version: u32,
+    bytes: &[u8],
+    p: usize,
+    budget: &mut u64,
+) -> Candidate {
     let header = RECORD_HEADER_LEN as usize;
     let len = u32::from_le_bytes([bytes[p], bytes[p + 1], bytes[p + 2], bytes[p + 3]]);
     let end = p + header + len.min(MAX_RECORD) as usize;
@@ -511,7 +534,7 @@ fn candidate(format: &SegmentFormat, bytes: &[u8], p: usize, budget: &mut u64) -
     if record_crc(len.to_le_bytes(), payload) != stored {
         return Candidate::Nothing;
     }
-    match (format.probe)(payload) {
+    match (format.probe)(version, payload) {
         Some(index) => Candidate::Record { end, index },
         None => Candidate::Nothing,
     }
@@ -524,11 +547,11 @@ fn candidate(format: &SegmentFormat, bytes: &[u8], p: usize, budget: &mut u64) -
 /// The search checksums candidate records; past a budget of bytes (only reachable with
 /// forged input) it gives up and answers yes, so that the damage is reported as
 /// corruption rather than truncated away.
-fn valid_record_after(format: &SegmentFormat, bytes: &[u8], from: u64) -> bool {
+fn valid_record_after(format: &SegmentFormat, version: u32, bytes: &[u8], from: u64) -> bool {
     let mut budget = 2 * u64::from(MAX_RECORD);
     let mut p = from as usize + 1;
     while p + RECORD_HEADER_LEN as usize <= bytes.len() {
-        match candidate(format, bytes, p, &mut budget) {
+        match candidate(format, version, bytes, p, &mut budget) {
             Candidate::Nothing => p += 1,
             Candidate::OverBudget | Candidate::Record { .. } => return true,
         }
@@ -545,11 +568,17 @@ pub fn decodable_records(
     bytes: &[u8],
     from: u64,
 ) -> (u64, Option<(u64, u64)>) {
+    // The segment's own version when its header says one this build reads.
+    let version = bytes
+        .get(8..12)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .filter(|v| format.reads(*v))
+        .unwrap_or(format.version);
     let mut budget = 4 * u64::from(MAX_RECORD);
     let (mut count, mut range): (u64, Option<(u64, u64)>) = (0, None);
     let mut p = from as usize;
     while p + RECORD_HEADER_LEN as usize <= bytes.len() {
-        match candidate(format, bytes, p, &mut budget) {
+        match candidate(format, version, bytes, p, &mut budget) {
             Candidate::Nothing => p += 1,
             Candidate::OverBudget => break,
             Candidate::Record { end, index } => {

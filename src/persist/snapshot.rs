@@ -1,4 +1,4 @@
-//! The snapshot format, version 1: the whole state in one checksummed stream.
+//! The snapshot format, version 2: the whole state in one checksummed stream.
 //!
 //! ```text
 //! file   := MAGIC "SCHEDSNP" | VERSION u32 | HEADER_LEN u32 | HEADER | HEADER_CRC u32
@@ -9,8 +9,10 @@
 //!           LEN u32 | postcard(row)
 //! ```
 //! The tables are those the header lists, each at most once, in any order; one not
-//! listed is empty (the `acl_tokens` table is listed only once written, so the
-//! snapshot of a state without tokens is what builds before that table wrote).
+//! listed is empty (the `acl_tokens` and `jobs` tables are listed only once written).
+//! Version 2 added jobs: the `jobs` table, an allocation's job version and a plugin's
+//! job expectations. Version 1 files still load: their allocation and plugin rows
+//! decode through their version-1 shapes ([`crate::state::v1`]), with no jobs.
 //! Integers are little-endian; checksums are CRC-32 (IEEE) — the header's covers
 //! everything before it, the body's the body. Rows are streamed: writing never holds a
 //! second copy of the state, and reading checks every length against a cap before
@@ -23,15 +25,19 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
+use crate::state::v1::{AllocationV1, CsiPluginV1};
 use crate::state::{Restore, StateError, StateSnapshot, StateStore, Table};
 
 use super::error::{PersistError, Result};
 
 /// The first bytes of every snapshot file.
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDSNP";
-/// The snapshot format version this build writes and reads.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// The snapshot format version this build writes (it reads this one and every one
+/// from [`OLDEST_SNAPSHOT_VERSION`]).
+pub const SNAPSHOT_VERSION: u32 = 2;
+/// The oldest snapshot format version this build reads.
+pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
 /// The largest header accepted.
 const MAX_HEADER: u32 = 1 << 20;
 /// The largest single row accepted.
@@ -98,9 +104,10 @@ pub(crate) fn write_snapshot<W: Write>(
     // The tokens table is listed once written: the snapshot of a state that never had
     // one is byte for byte what a build before the table wrote (and still reads).
     let acl = v.acl_bootstrapped();
+    let jobs = v.table_index(Table::Jobs) > 0;
     let tables = Table::ALL
         .iter()
-        .filter(|t| acl || **t != Table::AclTokens)
+        .filter(|t| (acl || **t != Table::AclTokens) && (jobs || **t != Table::Jobs))
         .map(|&table| TableHeader {
             name: table.name().to_string(),
             index: v.table_index(table),
@@ -161,6 +168,9 @@ pub(crate) fn write_snapshot<W: Write>(
     }
     for token in v.acl_tokens() {
         row(&mut o, &*token)?;
+    }
+    for job in v.jobs() {
+        row(&mut o, &*job)?;
     }
     o.put_crc().map_err(&e)?;
     o.w.flush().map_err(&e)?;
@@ -300,7 +310,7 @@ pub(crate) fn read_snapshot<R: Read>(
         });
     }
     let version = i.u32("the format version")?;
-    if version != SNAPSHOT_VERSION {
+    if !(OLDEST_SNAPSHOT_VERSION..=SNAPSHOT_VERSION).contains(&version) {
         return Err(PersistError::UnsupportedVersion {
             path: path.to_path_buf(),
             version,
@@ -341,7 +351,7 @@ pub(crate) fn read_snapshot<R: Read>(
     for (table, th) in &tables {
         restore.table_index(*table, th.index);
         for _ in 0..th.rows {
-            read_row(&mut i, &mut restore, *table, &mut buf)?;
+            read_row(&mut i, &mut restore, *table, version, &mut buf)?;
         }
     }
     i.check_crc("body", body_start)?;
@@ -370,14 +380,19 @@ fn read_row<R: Read>(
     i: &mut Input<'_, R>,
     restore: &mut Restore,
     table: Table,
+    version: u32,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
+    let v1 = version == 1;
     match table {
         Table::Nodes => restore.node(i.row::<Node>(buf)?)?,
+        Table::Allocs if v1 => restore.alloc(i.row::<AllocationV1>(buf)?.into())?,
         Table::Allocs => restore.alloc(i.row::<Allocation>(buf)?)?,
+        Table::CsiPlugins if v1 => restore.plugin(i.row::<CsiPluginV1>(buf)?.into())?,
         Table::CsiPlugins => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
         Table::CsiVolumes => restore.volume(i.row::<CsiVolume>(buf)?)?,
         Table::AclTokens => restore.acl_token(i.row::<AclToken>(buf)?)?,
+        Table::Jobs => restore.job(i.row::<Job>(buf)?)?,
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! segment := MAGIC "SCHEDWAL" | VERSION u32 | SEQ u64 | PREV_INDEX u64 | CRC u32
 //!            | record*
 //! record  := LEN u32 | CRC u32 | postcard((index u64, Command))
+//!            (in a version 1 segment, the command in its version-1 shape)
 //! ```
 //! `PREV_INDEX` proves that no segment is missing between a snapshot and the log, or
 //! between two segments. Torn tails and corruption follow the framing's rules.
@@ -12,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::state::Command;
+use crate::state::v1::CommandV1;
 
 use super::error::Result;
 use super::segment::{self, AppendError, Scan, SegmentFormat, SegmentWriter};
@@ -20,20 +22,33 @@ pub(crate) use super::segment::SEGMENT_HEADER_LEN;
 
 /// The first bytes of every log segment.
 pub const WAL_MAGIC: &[u8; 8] = b"SCHEDWAL";
-/// The log format version this build writes and reads.
-pub const WAL_VERSION: u32 = 1;
+/// The log format version this build writes (version 2 added jobs: the job
+/// commands, an allocation's job version). Version 1 segments are still read, their
+/// commands through their version-1 shape ([`crate::state::v1::CommandV1`]), and never
+/// appended to.
+pub const WAL_VERSION: u32 = 2;
 
 /// The write-ahead log's segments: records are `postcard((index, Command))`.
 pub(crate) const WAL_FORMAT: SegmentFormat = SegmentFormat {
     magic: WAL_MAGIC,
     version: WAL_VERSION,
+    oldest_version: 1,
     kind: "log segment",
-    probe: |payload| {
-        postcard::from_bytes::<(u64, Command)>(payload)
-            .ok()
-            .map(|(index, _)| index)
-    },
+    probe: |version, payload| decode_record(version, payload).ok().map(|(index, _)| index),
 };
+
+/// A record's payload in a segment of format `version`.
+fn decode_record(
+    version: u32,
+    payload: &[u8],
+) -> std::result::Result<(u64, Command), postcard::Error> {
+    if version == 1 {
+        let (index, command) = postcard::from_bytes::<(u64, CommandV1)>(payload)?;
+        Ok((index, command.into()))
+    } else {
+        postcard::from_bytes::<(u64, Command)>(payload)
+    }
+}
 
 /// The file name of segment `seq`.
 pub(crate) fn segment_name(seq: u64) -> String {
@@ -111,7 +126,7 @@ pub(crate) fn scan_segment(
         path,
         last,
         on_header,
-        |payload| postcard::from_bytes::<(u64, Command)>(payload).map_err(|e| e.to_string()),
+        |version, payload| decode_record(version, payload).map_err(|e| e.to_string()),
         |rec| {
             let (index, command) = rec.value;
             on_record(Record {

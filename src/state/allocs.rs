@@ -7,11 +7,14 @@ use crate::engine::Key;
 use crate::model::{Allocation, DesiredStatus, Id};
 
 use super::error::{Result, StateError};
+use super::expectations::{alloc_changed, any_jobs};
+use super::jobs::check_alloc_job;
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
 pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
     // An empty id is an input rule (`input.rs`).
+    let jobs = any_jobs(w);
     for mut alloc in allocs {
         // Borrowed: only the create index is needed, not a counted reference.
         let existing = w.txn.view().get_value(w.t.allocs, &Key::str(&alloc.id));
@@ -19,7 +22,16 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
         alloc.modify_index = w.index;
         let server_terminal = alloc.server_terminal();
         let alloc = Arc::new(alloc);
+        let before = if jobs {
+            check_alloc_job(w, &alloc)?;
+            w.view().alloc(&alloc.id)
+        } else {
+            None
+        };
         w.txn.insert(w.t.allocs, Arc::clone(&alloc))?;
+        if jobs {
+            alloc_changed(w, before.as_deref(), Some(&alloc));
+        }
         if server_terminal {
             // Exactly the instances this alloc ran on its node: a newer instance of the
             // same plugin on the same node (another alloc id) stays. Reads see this
@@ -55,10 +67,15 @@ pub(crate) fn stop_allocs(w: &mut Writer, ids: &[Id]) -> Result<()> {
     upsert_allocs(w, changed)
 }
 
-/// Deletes allocations; missing ids are skipped and plugins are not changed.
+/// Deletes allocations; missing ids are skipped. Plugin instances are not changed;
+/// the expectations of per-node jobs that counted them are.
 pub(crate) fn delete_allocs(w: &mut Writer, ids: &[Id]) -> Result<()> {
+    let jobs = any_jobs(w);
     for id in ids {
-        w.txn.delete(w.t.allocs, &Key::str(id))?;
+        let deleted = w.txn.delete(w.t.allocs, &Key::str(id))?;
+        if let (true, Some(alloc)) = (jobs, deleted) {
+            alloc_changed(w, Some(&alloc), None);
+        }
     }
-    Ok(())
+    w.flush_plugins()
 }

@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
     CsiPlugin, CsiVolume, CsiVolumeAccessMode, CsiVolumeClaim, CsiVolumeClaimMode,
-    CsiVolumeClaimState, Id, Node, PluginInstances,
+    CsiVolumeClaimState, Id, Node, PluginInstances, PluginJob,
 };
 
+use super::expectations::job_expectations;
 use super::read::StateView;
 use super::table::Table;
 use super::tables::{InstanceKind, PluginInstance, names};
@@ -46,7 +47,9 @@ impl StateView<'_> {
     /// - `instances-mirror-plugins`: the derived instance rows are exactly the entries;
     /// - `claim-sides-disjoint`, `claims-match-allocs`, `claims-filed-by-alloc`,
     ///   `current-claims-taken`, `claims-within-access-mode`, `unclaimed-modes-unknown`:
-    ///   volume claims are consistent and within their access mode's limits.
+    ///   volume claims are consistent and within their access mode's limits;
+    /// - `job-rows`, `job-expectations`: job rows are well formed, and each plugin's
+    ///   job list is what the live jobs expect of it (docs/rules.md §4.10).
     ///
     /// # Errors
     /// The broken invariant.
@@ -82,7 +85,7 @@ impl StateView<'_> {
         for volume in self.csi_volumes() {
             check_volume(&volume)?;
         }
-        Ok(())
+        self.check_jobs()
     }
 
     fn check_indexes_order(&self) -> Result<(), InvariantViolation> {
@@ -154,7 +157,80 @@ impl StateView<'_> {
             self.acl_tokens()
                 .map(|t| (t.accessor_id.to_string(), t.create_index, t.modify_index))
                 .collect(),
+        )?;
+        rows(
+            Table::Jobs,
+            self.jobs()
+                .map(|j| {
+                    (
+                        format!("{}/{}", j.namespace, j.id),
+                        j.create_index,
+                        j.modify_index,
+                    )
+                })
+                .collect(),
         )
+    }
+
+    /// `job-expectations`: each plugin's job list is exactly what the live jobs expect
+    /// of it, recomputed from scratch (jobs, and for per-node jobs their allocations and
+    /// nodes); a plugin some live job expects instances of exists. `job-rows`: a job's
+    /// `job_modify_index` lies between its create and modify indexes, and its groups
+    /// pass the input rules.
+    fn check_jobs(&self) -> Result<(), InvariantViolation> {
+        let mut want: BTreeMap<Id, Vec<PluginJob>> = BTreeMap::new();
+        for job in self.jobs() {
+            if !(job.create_index <= job.job_modify_index
+                && job.job_modify_index <= job.modify_index)
+            {
+                return Err(broken(
+                    "job-rows",
+                    format!(
+                        "job {}/{}: create {}, job modify {}, modify {}",
+                        job.namespace,
+                        job.id,
+                        job.create_index,
+                        job.job_modify_index,
+                        job.modify_index
+                    ),
+                ));
+            }
+            let upsert = super::Command::UpsertJobs {
+                jobs: vec![(*job).clone()],
+            };
+            if let Err(e) = upsert.check_input() {
+                return Err(broken(
+                    "job-rows",
+                    format!("job {}/{}: {e}", job.namespace, job.id),
+                ));
+            }
+            for (plugin, expected) in job_expectations(self, &job) {
+                want.entry(plugin).or_default().push(PluginJob {
+                    namespace: job.namespace.clone(),
+                    job_id: job.id.clone(),
+                    expected,
+                });
+            }
+        }
+        for plugin in self.csi_plugins() {
+            let expected = want.remove(&plugin.id).unwrap_or_default();
+            if plugin.jobs != expected {
+                return Err(broken(
+                    "job-expectations",
+                    format!(
+                        "plugin {}: jobs {:?}, the live jobs expect {:?}",
+                        plugin.id, plugin.jobs, expected
+                    ),
+                ));
+            }
+        }
+        if let Some((plugin, jobs)) = want.into_iter().next() {
+            return Err(broken(
+                "job-expectations",
+                format!("plugin {plugin} does not exist, but jobs expect it: {jobs:?}"),
+            ));
+        }
+        Ok(())
     }
 
     fn check_plugin(

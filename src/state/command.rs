@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Node, NodeStatus};
+use crate::model::{AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus};
 
 /// One write.
 ///
@@ -112,6 +112,29 @@ pub enum Command {
         /// The alloc ids.
         ids: Vec<Id>,
     },
+    /// Register jobs, or update their definitions; each sets what it expects of the
+    /// plugins its tasks run (docs/rules.md §4.10). Atomic. (Appended: variant numbers
+    /// are part of the log format.)
+    UpsertJobs {
+        /// The jobs (status, version and indexes are set by the store).
+        jobs: Vec<Job>,
+    },
+    /// Stop jobs of one namespace: status dead, rows kept, expectations gone.
+    /// Atomic: an unknown id fails all; one already dead is unchanged.
+    StopJobs {
+        /// The namespace.
+        namespace: Id,
+        /// The job ids.
+        ids: Vec<Id>,
+    },
+    /// Purge jobs of one namespace: rows deleted, expectations gone (their
+    /// allocations stay until collected). Atomic: an unknown id fails all.
+    PurgeJobs {
+        /// The namespace.
+        namespace: Id,
+        /// The job ids.
+        ids: Vec<Id>,
+    },
 }
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
@@ -145,6 +168,9 @@ impl Command {
             Command::CreateAclTokens { .. } => "create_acl_tokens",
             Command::DeleteAclTokens { .. } => "delete_acl_tokens",
             Command::StopAllocs { .. } => "stop_allocs",
+            Command::UpsertJobs { .. } => "upsert_jobs",
+            Command::StopJobs { .. } => "stop_jobs",
+            Command::PurgeJobs { .. } => "purge_jobs",
         }
     }
 

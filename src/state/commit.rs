@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::engine::{Change, ChangeKind, CommitInfo};
-use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 
 use super::table::Table;
 
@@ -78,6 +78,7 @@ impl RowChange<'_> {
             Table::CsiPlugins => c.before().map(Row::CsiPlugin),
             Table::CsiVolumes => c.before().map(Row::CsiVolume),
             Table::AclTokens => c.before().map(Row::AclToken),
+            Table::Jobs => c.before().map(Row::Job),
         }
     }
 
@@ -90,6 +91,7 @@ impl RowChange<'_> {
             Table::CsiPlugins => c.after().map(Row::CsiPlugin),
             Table::CsiVolumes => c.after().map(Row::CsiVolume),
             Table::AclTokens => c.after().map(Row::AclToken),
+            Table::Jobs => c.after().map(Row::Job),
         }
     }
 }
@@ -108,6 +110,8 @@ pub enum Row {
     CsiVolume(Arc<CsiVolume>),
     /// An ACL token (its secret's hash, never the secret).
     AclToken(Arc<AclToken>),
+    /// A job.
+    Job(Arc<Job>),
 }
 
 impl Row {
@@ -119,6 +123,7 @@ impl Row {
             Row::CsiPlugin(_) => Table::CsiPlugins,
             Row::CsiVolume(_) => Table::CsiVolumes,
             Row::AclToken(_) => Table::AclTokens,
+            Row::Job(_) => Table::Jobs,
         }
     }
 }

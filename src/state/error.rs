@@ -186,6 +186,30 @@ pub enum StateError {
         "that would revoke the last management token that never expires (create another first)"
     )]
     LastManagementToken,
+    /// A write named a job that does not exist.
+    #[error("job {namespace}/{id} not found")]
+    JobNotFound {
+        /// The namespace.
+        namespace: Id,
+        /// The job id.
+        id: Id,
+    },
+    /// An allocation names a version its job never had.
+    #[error(
+        "allocation {alloc_id:?} names version {version} of job {namespace}/{job_id}, which is at version {current}"
+    )]
+    JobVersionNotFound {
+        /// The allocation.
+        alloc_id: Id,
+        /// The job's namespace.
+        namespace: Id,
+        /// The job id.
+        job_id: Id,
+        /// The version the allocation names.
+        version: u64,
+        /// The job's current version.
+        current: u64,
+    },
 }
 
 /// Shorthand for results of the state layer.
@@ -225,6 +249,8 @@ impl StateError {
             StateError::AclSecretInUse => "AclSecretInUse",
             StateError::AclTokenNotFound(_) => "AclTokenNotFound",
             StateError::LastManagementToken => "LastManagementToken",
+            StateError::JobNotFound { .. } => "JobNotFound",
+            StateError::JobVersionNotFound { .. } => "JobVersionNotFound",
         }
     }
 }

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
-    AclScope, AclToken, Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Node,
+    AclScope, AclToken, Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Job, Node,
 };
 
 use super::command::{Command, CsiVolumeClaimRequest};
@@ -280,6 +280,48 @@ fn volume_row(v: &CsiVolume) -> Result<()> {
     volume(v)
 }
 
+/// A job row: namespace and id set; group names unique and set; within a group,
+/// task names unique and set; a plugin stanza names a plugin.
+fn job_row(j: &Job) -> Result<()> {
+    required("job", "namespace", &j.namespace)?;
+    required("job", "id", &j.id)?;
+    id("job namespace", &j.namespace)?;
+    id("job id", &j.id)?;
+    count("job task_groups", j.task_groups.len(), MAX_ENTRIES)?;
+    let mut groups = BTreeSet::new();
+    for g in &j.task_groups {
+        required("task group", "name", &g.name)?;
+        id("job task_groups name", &g.name)?;
+        if !groups.insert(&g.name) {
+            return Err(invalid(
+                "job task_groups name",
+                format!("task group {} appears twice", shown(&g.name)),
+            ));
+        }
+        count("job task_groups tasks", g.tasks.len(), MAX_ENTRIES)?;
+        let mut tasks = BTreeSet::new();
+        for t in &g.tasks {
+            required("task", "name", &t.name)?;
+            id("job task_groups tasks name", &t.name)?;
+            if !tasks.insert(&t.name) {
+                return Err(invalid(
+                    "job task_groups tasks name",
+                    format!(
+                        "task {} appears twice in group {}",
+                        shown(&t.name),
+                        shown(&g.name)
+                    ),
+                ));
+            }
+            if let Some(p) = &t.csi_plugin {
+                required("csi_plugin stanza", "id", &p.id)?;
+                id("job task csi_plugin id", &p.id)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A token row: an id, a label, one to four scopes, a SHA-256 in lowercase hex.
 fn acl_token_row(t: &AclToken) -> Result<()> {
     id("token accessor_id", &t.accessor_id)?;
@@ -368,6 +410,23 @@ impl Command {
             Command::DeleteAclTokens { accessor_ids } => {
                 some("delete ACL tokens", accessor_ids)?;
                 list("accessor_ids", accessor_ids, |i| id("accessor id", i))
+            }
+            Command::UpsertJobs { jobs } => {
+                some("upsert jobs", jobs)?;
+                list("jobs", jobs, job_row)
+            }
+            Command::StopJobs { namespace, ids } | Command::PurgeJobs { namespace, ids } => {
+                some(
+                    if matches!(self, Command::StopJobs { .. }) {
+                        "stop jobs"
+                    } else {
+                        "purge jobs"
+                    },
+                    ids,
+                )?;
+                required("job", "namespace", namespace)?;
+                id("job namespace", namespace)?;
+                list("ids", ids, |i| id("job id", i))
             }
         }
     }

@@ -6,6 +6,7 @@ use crate::engine::Key;
 use crate::model::{Id, Node, NodeStatus};
 
 use super::error::{Result, StateError};
+use super::expectations::node_eligibility_changed;
 use super::tables::InstanceKind;
 use super::writer::Writer;
 
@@ -30,9 +31,11 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
     // Borrowed: only the create index is needed, not a counted reference.
     let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
     node.create_index = existing.map_or(w.index, |n| n.create_index);
+    let was_eligible = existing.is_some_and(|n| n.eligible);
     node.modify_index = w.index;
     let node = Arc::new(node);
     w.txn.insert(w.t.nodes, Arc::clone(&node))?;
+    node_eligibility_changed(w, &node.id, was_eligible, node.eligible);
 
     for info in node.csi_controller_plugins.values() {
         w.apply_fingerprint(&node.id, InstanceKind::Controller, info)?;
@@ -115,7 +118,9 @@ pub(crate) fn delete_nodes(w: &mut Writer, ids: &[Id]) -> Result<()> {
         }
     }
     for id in ids {
-        w.txn.delete(w.t.nodes, &Key::str(id))?;
+        if let Some(node) = w.txn.delete(w.t.nodes, &Key::str(id))? {
+            node_eligibility_changed(w, id, node.eligible, false);
+        }
         // Through the plugins' instance index, not the node's own maps: an instance
         // the node row no longer lists still goes.
         for inst in w.instances_on_node(id) {
@@ -136,8 +141,10 @@ fn update_node(w: &mut Writer, id: &Id, change: impl FnOnce(&mut Node)) -> Resul
         return Ok(());
     }
     node.modify_index = w.index;
+    let eligible = (stored.eligible, node.eligible);
     w.txn.insert(w.t.nodes, Arc::new(node))?;
-    Ok(())
+    node_eligibility_changed(w, id, eligible.0, eligible.1);
+    w.flush_plugins()
 }
 
 pub(crate) fn update_status(w: &mut Writer, id: &Id, status: NodeStatus) -> Result<()> {

@@ -14,10 +14,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::engine::{Key, KeyBuilder, Rows, View};
-use crate::model::{Allocation, ClientStatus, CsiPlugin, CsiVolume, DesiredStatus, Node};
+use crate::model::{Allocation, ClientStatus, CsiPlugin, CsiVolume, DesiredStatus, Job, Node};
 
 use super::table::Table;
-use super::tables::{Tables, volume_key};
+use super::tables::{Tables, job_key, volume_key};
 
 /// Typed reads of one version of the state (from a [`StateSnapshot`](super::StateSnapshot)).
 #[derive(Clone, Copy)]
@@ -105,8 +105,30 @@ impl<'a> StateView<'a> {
         namespace: &str,
         job_id: &str,
     ) -> impl Iterator<Item = Arc<Allocation>> + 'a {
-        let key = Key::builder().str(namespace).str(job_id).build();
-        self.view.index_eq(self.t.allocs_by_job, &key)
+        self.view
+            .index_eq(self.t.allocs_by_job, &job_key(namespace, job_id))
+    }
+
+    /// The job with exactly this (namespace, id).
+    pub fn job(&self, namespace: &str, id: &str) -> Option<Arc<Job>> {
+        self.view.get(self.t.jobs, &job_key(namespace, id))
+    }
+
+    /// The job with exactly this (namespace, id), borrowed from the snapshot.
+    pub fn job_ref(&self, namespace: &str, id: &str) -> Option<&'a Job> {
+        self.view
+            .get_value(self.t.jobs, job_key(namespace, id).as_bytes())
+    }
+
+    /// Every job, in (namespace, id) order.
+    pub fn jobs(&self) -> impl Iterator<Item = Arc<Job>> + 'a {
+        self.view.iter(self.t.jobs)
+    }
+
+    /// The jobs of one namespace, in id order.
+    pub fn jobs_in_namespace(&self, namespace: &str) -> impl Iterator<Item = Arc<Job>> + 'a {
+        self.view
+            .prefix(self.t.jobs, Key::str(namespace).as_bytes())
     }
 
     /// The plugin with exactly this id, as stored (its `allocations` are empty; see
@@ -237,6 +259,7 @@ impl<'a> StateView<'a> {
             Table::CsiPlugins => self.view.len(self.t.plugins),
             Table::CsiVolumes => self.view.len(self.t.volumes),
             Table::AclTokens => self.view.len(self.t.acl_tokens),
+            Table::Jobs => self.view.len(self.t.jobs),
         }
     }
 

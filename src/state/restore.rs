@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::engine::WriteTxn;
-use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 
 use super::error::Result;
 use super::read::StateView;
@@ -94,6 +94,15 @@ impl Restore {
         Ok(())
     }
 
+    /// Adds a job row as it was stored.
+    ///
+    /// # Errors
+    /// An engine error.
+    pub(crate) fn job(&mut self, job: Job) -> Result<()> {
+        self.txn.insert(self.t.jobs, Arc::new(job))?;
+        Ok(())
+    }
+
     /// Sets the table index of `table`. The derived instance table follows the
     /// plugins table.
     pub(crate) fn table_index(&mut self, table: Table, index: u64) {
@@ -106,6 +115,7 @@ impl Restore {
             }
             Table::CsiVolumes => self.txn.set_table_index(self.t.volumes, index),
             Table::AclTokens => self.txn.set_table_index(self.t.acl_tokens, index),
+            Table::Jobs => self.txn.set_table_index(self.t.jobs, index),
         }
     }
 

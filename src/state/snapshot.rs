@@ -5,11 +5,12 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::engine::{Snapshot, WatchSet};
-use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Node};
+use crate::model::{AclToken, CsiVolume, Id, Job, Node, PluginJob};
 
 use super::read::StateView;
 use super::table::Table;
 use super::tables::Tables;
+use super::v1::{AllocationV1, CsiPluginV1};
 
 /// One version of the state: immutable, O(1) to take, `Send + Sync + 'static`.
 /// Reads go through [`view`](Self::view), or [`watched`](Self::watched) to record
@@ -50,31 +51,57 @@ impl StateSnapshot {
             last_applied: u64,
             table_indexes: Vec<(&'a str, u64)>,
             nodes: Vec<Arc<Node>>,
-            allocs: Vec<Arc<Allocation>>,
-            plugins: Vec<Arc<CsiPlugin>>,
+            allocs: Vec<AllocationV1>,
+            plugins: Vec<CsiPluginV1>,
             volumes: Vec<Arc<CsiVolume>>,
         }
+        /// What jobs added: the jobs, the allocations' job versions and the plugins'
+        /// job expectations (each non-default one, with its row's key).
+        #[derive(Serialize)]
+        struct JobsPart {
+            jobs: Vec<Arc<Job>>,
+            alloc_versions: Vec<(Id, u64)>,
+            plugin_jobs: Vec<(Id, Vec<PluginJob>)>,
+        }
         let v = self.view();
-        // The tokens table is encoded only once written, so the encoding of a state
-        // that never had one is what it was before the table existed (golden files).
+        // The tokens and jobs tables are encoded only once written, and rows in their
+        // version-1 shape, so the encoding of a state that never had tokens or jobs is
+        // what it was before those existed (golden files).
         let acl = v.acl_bootstrapped();
+        let jobs = v.table_index(Table::Jobs) > 0;
         let table_indexes = Table::ALL
             .iter()
-            .filter(|t| acl || **t != Table::AclTokens)
+            .filter(|t| (acl || **t != Table::AclTokens) && (jobs || **t != Table::Jobs))
             .map(|t| (t.name(), v.table_index(*t)))
             .collect();
         let c = Canonical {
             last_applied: v.last_applied(),
             table_indexes,
             nodes: v.nodes().collect(),
-            allocs: v.allocs().collect(),
-            plugins: v.csi_plugins().collect(),
+            allocs: v.allocs().map(|a| AllocationV1::from(&*a)).collect(),
+            plugins: v.csi_plugins().map(|p| CsiPluginV1::from(&*p)).collect(),
             volumes: v.csi_volumes().collect(),
         };
         let mut bytes = postcard::to_allocvec(&c)?;
         if acl {
             let tokens: Vec<Arc<AclToken>> = v.acl_tokens().collect();
             bytes.extend(postcard::to_allocvec(&tokens)?);
+        }
+        let part = JobsPart {
+            jobs: v.jobs().collect(),
+            alloc_versions: v
+                .allocs()
+                .filter(|a| a.job_version != 0)
+                .map(|a| (a.id.clone(), a.job_version))
+                .collect(),
+            plugin_jobs: v
+                .csi_plugins()
+                .filter(|p| !p.jobs.is_empty())
+                .map(|p| (p.id.clone(), p.jobs.clone()))
+                .collect(),
+        };
+        if jobs || !part.alloc_versions.is_empty() || !part.plugin_jobs.is_empty() {
+            bytes.extend(postcard::to_allocvec(&part)?);
         }
         Ok(bytes)
     }

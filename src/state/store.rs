@@ -12,7 +12,7 @@ use super::snapshot::StateSnapshot;
 use super::tables::Tables;
 use super::writer::Writer;
 use super::writes::typed_writes;
-use super::{acl, allocs, claims, nodes, volumes};
+use super::{acl, allocs, claims, jobs, nodes, volumes};
 
 /// The scheduler's state in memory: nodes, allocations, CSI plugins and volumes, on
 /// the MVCC engine. Cheap to clone; every clone is the same store.
@@ -275,5 +275,8 @@ pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
         Command::CreateAclTokens { tokens } => acl::create(w, tokens),
         Command::DeleteAclTokens { accessor_ids } => acl::delete(w, accessor_ids),
         Command::StopAllocs { ids } => allocs::stop_allocs(w, ids),
+        Command::UpsertJobs { jobs: list } => jobs::upsert_jobs(w, list),
+        Command::StopJobs { namespace, ids } => jobs::stop_jobs(w, namespace, ids),
+        Command::PurgeJobs { namespace, ids } => jobs::purge_jobs(w, namespace, ids),
     }
 }

@@ -33,16 +33,19 @@ pub enum Table {
     CsiVolumes,
     /// ACL tokens, by accessor id (secrets stored as hashes only).
     AclTokens,
+    /// Jobs, by (namespace, id).
+    Jobs,
 }
 
 impl Table {
     /// Every table, in the order snapshots and canonical bytes list them.
-    pub const ALL: [Table; 5] = [
+    pub const ALL: [Table; 6] = [
         Table::Nodes,
         Table::Allocs,
         Table::CsiPlugins,
         Table::CsiVolumes,
         Table::AclTokens,
+        Table::Jobs,
     ];
 
     /// The table's name, as snapshot files, `inspect` and change sets spell it.
@@ -53,6 +56,7 @@ impl Table {
             Table::CsiPlugins => names::CSI_PLUGINS,
             Table::CsiVolumes => names::CSI_VOLUMES,
             Table::AclTokens => names::ACL_TOKENS,
+            Table::Jobs => names::JOBS,
         }
     }
 
@@ -70,7 +74,7 @@ impl fmt::Display for Table {
 
 /// A table name that is not one of the scheduler's tables.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no table named {0:?} (tables: nodes, allocs, csi_plugins, csi_volumes, acl_tokens)")]
+#[error("no table named {0:?} (tables: nodes, allocs, csi_plugins, csi_volumes, acl_tokens, jobs)")]
 pub struct UnknownTable(pub String);
 
 impl FromStr for Table {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Index, Key, Schema, Table};
-use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Id, Node};
+use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Id, Job, Node};
 
 /// Engine table names (the four of [`Table`](super::Table) and the derived one).
 pub(crate) mod names {
@@ -19,6 +19,8 @@ pub(crate) mod names {
     pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
     /// The ACL tokens table.
     pub const ACL_TOKENS: &str = "acl_tokens";
+    /// The jobs table.
+    pub const JOBS: &str = "jobs";
 }
 
 /// Which map of a plugin an instance lives in.
@@ -93,6 +95,13 @@ pub struct Tables {
     pub acl_tokens: Table<AclToken>,
     /// ACL tokens by secret hash (unique).
     pub acl_tokens_by_secret: Index<AclToken>,
+    /// Jobs by (namespace, id).
+    pub jobs: Table<Job>,
+}
+
+/// The primary key of a job (and of an allocation's job in `allocs_by_job`).
+pub(crate) fn job_key(namespace: &str, id: &str) -> Key {
+    Key::builder().str(namespace).str(id).build()
 }
 
 /// The primary key of a volume.
@@ -113,7 +122,7 @@ impl Tables {
                 Some(Key::str(&a.node_id))
             })?;
             let allocs_by_job = s.index(allocs, "job", false, |a: &Allocation| {
-                Some(Key::builder().str(&a.namespace).str(&a.job_id).build())
+                Some(job_key(&a.namespace, &a.job_id))
             })?;
             let plugins = s.table(names::CSI_PLUGINS, |p: &CsiPlugin| Key::str(&p.id))?;
             let volumes = s.table(names::CSI_VOLUMES, |v: &CsiVolume| {
@@ -135,6 +144,7 @@ impl Tables {
             let acl_tokens_by_secret = s.index(acl_tokens, "secret", true, |t: &AclToken| {
                 Some(Key::str(&t.secret_hash))
             })?;
+            let jobs = s.table(names::JOBS, |j: &Job| job_key(&j.namespace, &j.id))?;
             Ok(Tables {
                 nodes,
                 allocs,
@@ -148,6 +158,7 @@ impl Tables {
                 instances_by_alloc,
                 acl_tokens,
                 acl_tokens_by_secret,
+                jobs,
             })
         })()
         .expect("the state schema declares distinct names");

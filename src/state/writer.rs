@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::engine::{Key, WriteTxn};
-use crate::model::{CsiInfo, CsiPlugin, Id};
+use crate::model::{CsiInfo, CsiPlugin, Expected, Id};
 
 use super::StateView;
 use super::error::Result;
@@ -39,6 +39,7 @@ impl PluginEdit {
         if p.provider != o.provider
             || p.version != o.version
             || p.controller_required != o.controller_required
+            || p.jobs != o.jobs
         {
             return true;
         }
@@ -251,6 +252,41 @@ impl Writer {
             .view()
             .index_eq(self.t.instances_by_alloc, &Key::str(alloc_id))
             .collect()
+    }
+
+    /// What job (`namespace`, `job_id`) expects of plugin `plugin_id` as this command
+    /// currently sees it (zero if the plugin does not exist).
+    pub(crate) fn job_expectation(
+        &self,
+        plugin_id: &str,
+        namespace: &str,
+        job_id: &str,
+    ) -> Expected {
+        match self.plugins.get(plugin_id) {
+            Some(edit) => edit.plugin.job_expectation(namespace, job_id),
+            None => self
+                .txn
+                .view()
+                .get_value(self.t.plugins, Key::str(plugin_id).as_bytes())
+                .map_or(Expected::default(), |p| {
+                    p.job_expectation(namespace, job_id)
+                }),
+        }
+    }
+
+    /// Sets what a job expects of a plugin, creating the plugin (no provider, no
+    /// instances) if it is missing and the expectation is not zero. Zero on a missing
+    /// plugin is nothing to do (purging a job whose plugin is gone is not an error).
+    pub(crate) fn set_job_expectation(
+        &mut self,
+        plugin_id: &Id,
+        namespace: &Id,
+        job_id: &Id,
+        expected: Expected,
+    ) {
+        if let Some(edit) = self.edit(plugin_id, !expected.is_zero()) {
+            edit.plugin.set_job_expectation(namespace, job_id, expected);
+        }
     }
 
     /// Writes every plugin the command changed: deleted if empty, stored otherwise.

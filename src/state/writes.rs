@@ -189,6 +189,55 @@ macro_rules! typed_writes {
         ) -> ::std::result::Result<$crate::Commit, $err> {
             self.apply_owned(index, $crate::Command::ClaimCsiVolumes { claims })
         }
+
+        /// Registers jobs or updates their definitions; atomic
+        /// ([`Command::UpsertJobs`](crate::Command::UpsertJobs)).
+        ///
+        /// # Errors
+        /// See [`apply`](Self::apply).
+        pub fn upsert_jobs(
+            &self,
+            index: u64,
+            jobs: Vec<$crate::model::Job>,
+        ) -> ::std::result::Result<$crate::Commit, $err> {
+            self.apply_owned(index, $crate::Command::UpsertJobs { jobs })
+        }
+
+        /// Stops jobs of one namespace; atomic
+        /// ([`Command::StopJobs`](crate::Command::StopJobs)).
+        ///
+        /// # Errors
+        /// See [`apply`](Self::apply).
+        pub fn stop_jobs(
+            &self,
+            index: u64,
+            namespace: &str,
+            ids: &[impl AsRef<str>],
+        ) -> ::std::result::Result<$crate::Commit, $err> {
+            let command = $crate::Command::StopJobs {
+                namespace: namespace.into(),
+                ids: $crate::state::writes::to_ids(ids),
+            };
+            self.apply_owned(index, command)
+        }
+
+        /// Purges jobs of one namespace; atomic
+        /// ([`Command::PurgeJobs`](crate::Command::PurgeJobs)).
+        ///
+        /// # Errors
+        /// See [`apply`](Self::apply).
+        pub fn purge_jobs(
+            &self,
+            index: u64,
+            namespace: &str,
+            ids: &[impl AsRef<str>],
+        ) -> ::std::result::Result<$crate::Commit, $err> {
+            let command = $crate::Command::PurgeJobs {
+                namespace: namespace.into(),
+                ids: $crate::state::writes::to_ids(ids),
+            };
+            self.apply_owned(index, command)
+        }
     };
 }
 

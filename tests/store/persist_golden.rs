@@ -263,7 +263,7 @@ fn check_golden_state(store: &StateStore) {
         (
             ebs.controllers_healthy(),
             ebs.nodes_healthy(),
-            ebs.nodes_expected()
+            ebs.nodes.len()
         ),
         (1, 3, 3)
     );

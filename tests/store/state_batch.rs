@@ -83,7 +83,7 @@ fn a_refused_command_in_a_batch_is_undone_whole_and_the_others_commit_at_one_ind
         (n1.status, n1.create_index, n1.modify_index),
         (NodeStatus::Down, 5, 5)
     );
-    assert_eq!(view.csi_plugin("ebs").unwrap().nodes_expected(), 2);
+    assert_eq!(view.csi_plugin("ebs").unwrap().nodes.len(), 2);
     assert_eq!(view.last_applied(), 5);
     assert_eq!(view.table_index(Table::Nodes), 5);
 }
@@ -165,8 +165,8 @@ fn a_batch_ends_in_the_state_its_accepted_commands_make_one_by_one_but_for_index
     };
     assert_eq!(names(&b.view()), names(&s.view()));
     assert_eq!(
-        b.view().csi_plugin("ebs").map(|p| p.nodes_expected()),
-        s.view().csi_plugin("ebs").map(|p| p.nodes_expected())
+        b.view().csi_plugin("ebs").map(|p| p.nodes.len()),
+        s.view().csi_plugin("ebs").map(|p| p.nodes.len())
     );
     b.view().check_invariants().unwrap();
 }

@@ -888,6 +888,7 @@ fn alloc_strategy() -> impl Strategy<Value = Allocation> {
             id: alloc_id,
             namespace: ns,
             job_id: id("job"),
+            job_version: 0,
             task_group: "tg".into(),
             node_id: node,
             desired_status: desired,
@@ -1227,9 +1228,9 @@ fn compare(store: &StateStore, m: &Model) {
         assert_eq!(
             (
                 p.controllers_healthy(),
-                p.controllers_expected(),
+                p.controllers.len(),
                 p.nodes_healthy(),
-                p.nodes_expected()
+                p.nodes.len()
             ),
             (
                 healthy(&mp.controllers),

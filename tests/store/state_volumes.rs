@@ -438,7 +438,8 @@ fn deregister_with_only_past_claims_is_not_in_use() {
 fn volume_denormalize_with_plugin_copies_provider_counts_and_schedulable() {
     let mut h = cluster_with(&["vol-1"]);
     // A second controller that becomes unhealthy (it was healthy first, so it stays
-    // counted as expected), and a third node instance that is unhealthy.
+    // recorded), and a third node instance that is unhealthy. No job runs the plugin,
+    // so nothing is expected (docs/rules.md §4.10).
     h.upsert_node(client("n3", &[], &[ctrl_fp(PLUGIN, "plug-c3", true, true)]));
     h.upsert_node(client(
         "n3",
@@ -452,8 +453,8 @@ fn volume_denormalize_with_plugin_copies_provider_counts_and_schedulable() {
     assert_eq!(v.provider, PROVIDER);
     assert_eq!(v.provider_version, VERSION);
     assert!(v.controller_required);
-    assert_eq!((v.controllers_healthy, v.controllers_expected), (1, 2));
-    assert_eq!((v.nodes_healthy, v.nodes_expected), (2, 3));
+    assert_eq!((v.controllers_healthy, v.controllers_expected), (1, 0));
+    assert_eq!((v.nodes_healthy, v.nodes_expected), (2, 0));
     assert!(v.schedulable);
 }
 
@@ -495,8 +496,8 @@ fn volume_denormalize_schedulable_needs_a_healthy_node_and_a_controller_when_req
         &[ctrl_fp(PLUGIN, "c1", true, true)],
     ));
     let v = h.vol("vol-1");
-    assert_eq!((v.nodes_healthy, v.nodes_expected), (0, 1));
-    assert_eq!((v.controllers_healthy, v.controllers_expected), (1, 1));
+    assert_eq!((v.nodes_healthy, v.nodes_expected), (0, 0));
+    assert_eq!((v.controllers_healthy, v.controllers_expected), (1, 0));
     assert!(!v.schedulable);
 }
 

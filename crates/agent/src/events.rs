@@ -24,11 +24,12 @@ use crate::api::nomad::{NomadAllocation, NomadCsiPlugin, NomadCsiVolume, NomadNo
 use crate::api::{Event, EventBatch};
 
 /// The topics of the stream, one per table, named as Nomad names them.
-pub const TOPICS: [(&str, Table); 4] = [
+pub const TOPICS: [(&str, Table); 5] = [
     ("Node", Table::Nodes),
     ("Allocation", Table::Allocs),
     ("CSIPlugin", Table::CsiPlugins),
     ("CSIVolume", Table::CsiVolumes),
+    ("Job", Table::Jobs),
 ];
 
 /// A stream's filter: `Topic` or `Topic:Key` (`*` for every key); empty = everything.
@@ -100,6 +101,7 @@ fn identity(row: &Row) -> (String, String, Vec<String>) {
             vec![v.plugin_id.to_string()],
         ),
         Row::AclToken(t) => (t.accessor_id.to_string(), String::new(), Vec::new()),
+        Row::Job(j) => (j.id.to_string(), j.namespace.to_string(), Vec::new()),
     }
 }
 
@@ -117,6 +119,9 @@ fn payload(row: &Row) -> serde_json::Value {
             let mut v = (**v).clone();
             crate::api::redact(&mut v);
             serde_json::to_value(NomadCsiVolume::from(&v)).map(|v| ("CSIVolume", v))
+        }
+        Row::Job(j) => {
+            serde_json::to_value(crate::api::nomad::NomadJob::from(&**j)).map(|v| ("Job", v))
         }
         // Never streamed (see `events_of`); nothing of a token leaves here.
         Row::AclToken(_) => return serde_json::Value::Null,
@@ -142,6 +147,8 @@ fn event_type(before: Option<&Row>, after: Option<&Row>) -> &'static str {
         (None, Some(Row::CsiVolume(_))) => "CSIVolumeRegistered",
         (Some(Row::CsiVolume(_)), Some(Row::CsiVolume(_))) => "CSIVolumeUpdated",
         (Some(Row::CsiVolume(_)), None) => "CSIVolumeDeregistered",
+        (_, Some(Row::Job(_))) => "JobRegistered",
+        (Some(Row::Job(_)), None) => "JobDeregistered",
         _ => "Unknown",
     }
 }

@@ -2,9 +2,15 @@
 //! ([`schedstate::persist::segment`]).
 //!
 //! ```text
-//! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 1
+//! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 2
 //! record payload := postcard(RaftRecord)   (index first, then term, leader, body:
 //!                   blank | one command | membership | several commands)
+//! ```
+//! Version 2 added jobs (the job commands, an allocation's job version). Version 1
+//! segments are still read — their commands through their version-1 shape
+//! ([`schedstate::state::v1::CommandV1`]) — and never appended to: records of this
+//! build go to a new segment after one.
+//! ```text
 //! raft-meta      := MAGIC "SCHEDRMT" | VERSION u32 | LEN u32 | postcard(RaftMeta) | CRC u32
 //! ```
 //! Raft logs start at index 0 (the initial membership), the framing's positions at 1:
@@ -23,14 +29,15 @@ use openraft::{BasicNode, CommittedLeaderId, EntryPayload, LogId, Membership, Vo
 use schedstate::persist::PersistError;
 use schedstate::persist::segment::SegmentFormat;
 use schedstate::state::Command;
+use schedstate::state::v1::CommandV1;
 use serde::{Deserialize, Serialize};
 
 use crate::{Entry, NodeId, Proposal, TypeConfig};
 
 /// The first bytes of every Raft log segment.
 pub const RAFT_LOG_MAGIC: &[u8; 8] = b"SCHEDRFT";
-/// The Raft log format version this build writes and reads.
-pub const RAFT_LOG_VERSION: u32 = 1;
+/// The Raft log format version this build writes (it reads 1 and 2).
+pub const RAFT_LOG_VERSION: u32 = 2;
 /// The first bytes of the metadata file (vote, purge point).
 pub const RAFT_META_MAGIC: &[u8; 8] = b"SCHEDRMT";
 /// The metadata format version.
@@ -40,13 +47,50 @@ pub const RAFT_META_VERSION: u32 = 1;
 pub(crate) const RAFT_LOG_FORMAT: SegmentFormat = SegmentFormat {
     magic: RAFT_LOG_MAGIC,
     version: RAFT_LOG_VERSION,
+    oldest_version: 1,
     kind: "raft log segment",
-    probe: |payload| {
-        postcard::from_bytes::<RaftRecord>(payload)
-            .ok()
-            .map(|r| r.index)
-    },
+    probe: |version, payload| decode_record(version, payload).ok().map(|r| r.index),
 };
+
+/// A record's payload in a segment of format `version`.
+pub(crate) fn decode_record(version: u32, payload: &[u8]) -> Result<RaftRecord, postcard::Error> {
+    if version != 1 {
+        return postcard::from_bytes::<RaftRecord>(payload);
+    }
+    /// A record of format 1: the same layout, commands in their version-1 shape.
+    #[derive(Deserialize)]
+    struct RaftRecordV1 {
+        index: u64,
+        term: u64,
+        leader: NodeId,
+        body: RecordBodyV1,
+    }
+    #[derive(Deserialize)]
+    enum RecordBodyV1 {
+        Blank,
+        Command(CommandV1),
+        Membership {
+            configs: Vec<Vec<NodeId>>,
+            nodes: Vec<(NodeId, String)>,
+        },
+        Commands(Vec<CommandV1>),
+    }
+    let r = postcard::from_bytes::<RaftRecordV1>(payload)?;
+    let body = match r.body {
+        RecordBodyV1::Blank => RecordBody::Blank,
+        RecordBodyV1::Command(c) => RecordBody::Command(Arc::new(c.into())),
+        RecordBodyV1::Membership { configs, nodes } => RecordBody::Membership { configs, nodes },
+        RecordBodyV1::Commands(cs) => {
+            RecordBody::Commands(cs.into_iter().map(|c| Arc::new(c.into())).collect())
+        }
+    };
+    Ok(RaftRecord {
+        index: r.index,
+        term: r.term,
+        leader: r.leader,
+        body,
+    })
+}
 
 /// The file name of segment `seq`.
 pub(crate) fn segment_name(seq: u64) -> String {

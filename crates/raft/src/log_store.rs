@@ -26,7 +26,7 @@
 //! back from their segment, checksum checked. Every entry's position is kept, so a
 //! read costs one seek.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
@@ -44,7 +44,8 @@ use schedstate::persist::{DirLock, PersistError};
 
 use crate::committed::{self, CommittedFile};
 use crate::log_format::{
-    RAFT_LOG_FORMAT, RaftMeta, RaftRecord, meta_path, parse_segment_name, segment_name,
+    RAFT_LOG_FORMAT, RAFT_LOG_VERSION, RaftMeta, RaftRecord, decode_record, meta_path,
+    parse_segment_name, segment_name,
 };
 use crate::{Entry, NodeId, TypeConfig};
 
@@ -169,6 +170,8 @@ struct Log {
     /// Every segment on disk: sequence number → the position (Raft index + 1) of the
     /// record before its first one.
     segments: BTreeMap<u64, u64>,
+    /// The segments of an older format version (read, never appended to).
+    older: BTreeSet<u64>,
     writer: SegmentWriter,
     meta: RaftMeta,
     /// Why the log refuses writes (a failed fsync or cut).
@@ -241,6 +244,7 @@ impl LogStore {
         let mut segments = BTreeMap::new();
         let mut last_index: Option<u64> = None;
         let mut tail: Option<(u64, u64, u64)> = None; // (seq, valid_len, last index)
+        let mut older = BTreeSet::new();
         for (i, &seq) in seqs.iter().enumerate() {
             let path = dir.join(segment_name(seq));
             let is_last = i + 1 == seqs.len();
@@ -272,7 +276,7 @@ impl LogStore {
                     seg_last.set(Some(prev));
                     Ok(())
                 },
-                |payload| postcard::from_bytes::<RaftRecord>(payload).map_err(|e| e.to_string()),
+                |version, payload| decode_record(version, payload).map_err(|e| e.to_string()),
                 |rec| {
                     let expected = seg_last.get().map_or(1, |l| l + 1);
                     if rec.value.index + 1 != expected {
@@ -308,6 +312,9 @@ impl LogStore {
             }
             report.torn_bytes += scan.torn_bytes;
             segments.insert(seq, seg_prev.get());
+            if scan.version < RAFT_LOG_VERSION {
+                older.insert(seq);
+            }
             last_index = seg_last.get();
             tail = Some((
                 seq,
@@ -339,7 +346,19 @@ impl LogStore {
                     w.cut_back(valid_len, last)?;
                     w.sync()?;
                 }
-                w
+                if older.contains(&seq) {
+                    // An older format's segment is not appended to.
+                    let next = SegmentWriter::create(
+                        &RAFT_LOG_FORMAT,
+                        dir.join(segment_name(seq + 1)),
+                        seq + 1,
+                        last,
+                    )?;
+                    segments.insert(seq + 1, last);
+                    next
+                } else {
+                    w
+                }
             }
             None => {
                 let seq = seqs.last().map_or(1, |s| s + 1);
@@ -382,6 +401,7 @@ impl LogStore {
                     cached_from: 0,
                     cached_bytes: 0,
                     segments,
+                    older,
                     writer,
                     meta,
                     poisoned: None,
@@ -821,7 +841,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 log.segments.remove(&s);
             }
             log.writer.cut_back(offset, log_id.index)?;
-            log.writer.sync()
+            log.writer.sync()?;
+            if log.older.contains(&seq) {
+                // Cut back into an older format's segment: what follows goes to a
+                // new segment of this build's format.
+                let next = seq + 1;
+                log.writer = SegmentWriter::create(
+                    &RAFT_LOG_FORMAT,
+                    self.shared.dir.join(segment_name(next)),
+                    next,
+                    log_id.index,
+                )?;
+                log.segments.insert(next, log_id.index);
+            }
+            Ok(())
         })();
         if let Err(e) = cut {
             log.poisoned = Some(e.to_string());

@@ -372,6 +372,7 @@ pub fn alloc(inp: &mut Input<'_>) -> Allocation {
         id: id(alloc_id),
         namespace: id(inp.pick(&NAMESPACES)),
         job_id: id(inp.pick(&JOBS)),
+        job_version: 0,
         task_group: "group".into(),
         node_id: node_id(inp),
         desired_status: match inp.below(20) {

@@ -220,13 +220,15 @@ pub fn must_plugin(store: &StateStore, plugin_id: &str) -> Arc<CsiPlugin> {
     plugin(store, plugin_id).unwrap_or_else(|| panic!("plugin {plugin_id:?} should exist"))
 }
 
-/// (controllers healthy, controllers expected, nodes healthy, nodes expected).
+/// (controllers healthy, controller instances, nodes healthy, node instances). The
+/// expected counts come from jobs (docs/rules.md §4.10); these tests are about the
+/// instances fingerprints derive.
 pub fn counts(p: &CsiPlugin) -> (usize, usize, usize, usize) {
     (
         p.controllers_healthy(),
-        p.controllers_expected(),
+        p.controllers.len(),
         p.nodes_healthy(),
-        p.nodes_expected(),
+        p.nodes.len(),
     )
 }
 

@@ -60,6 +60,7 @@ impl Work {
             id: Id::from(bench_alloc_id(seq)),
             namespace: self.namespace.clone(),
             job_id: Id::from(format!("bench-job-{:03}", seq % 500)),
+            job_version: 0,
             task_group: self.task_group.clone(),
             node_id: self.ds.node_ids[i].clone(),
             desired_status: DesiredStatus::Run,

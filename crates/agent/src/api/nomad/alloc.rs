@@ -25,6 +25,8 @@ pub struct NomadAllocation {
     pub namespace: String,
     #[serde(rename = "JobID", default)]
     pub job_id: String,
+    #[serde(rename = "JobVersion", default)]
+    pub job_version: u64,
     #[serde(rename = "TaskGroup", default)]
     pub task_group: String,
     #[serde(rename = "NodeID", default)]
@@ -47,6 +49,7 @@ impl From<&Allocation> for NomadAllocation {
             id: a.id.to_string(),
             namespace: a.namespace.to_string(),
             job_id: a.job_id.to_string(),
+            job_version: a.job_version,
             task_group: a.task_group.to_string(),
             node_id: a.node_id.to_string(),
             desired_status: a.desired_status,
@@ -73,6 +76,7 @@ impl TryFrom<NomadAllocation> for Allocation {
             id: a.id.into(),
             namespace: a.namespace.into(),
             job_id: a.job_id.into(),
+            job_version: a.job_version,
             task_group: a.task_group.into(),
             node_id: a.node_id.into(),
             desired_status: a.desired_status,
@@ -100,6 +104,8 @@ pub struct NomadAllocListStub {
     pub namespace: String,
     #[serde(rename = "JobID", default)]
     pub job_id: String,
+    #[serde(rename = "JobVersion", default)]
+    pub job_version: u64,
     #[serde(rename = "TaskGroup", default)]
     pub task_group: String,
     #[serde(rename = "NodeID", default)]
@@ -120,6 +126,7 @@ impl From<&Allocation> for NomadAllocListStub {
             id: a.id.to_string(),
             namespace: a.namespace.to_string(),
             job_id: a.job_id.to_string(),
+            job_version: a.job_version,
             task_group: a.task_group.to_string(),
             node_id: a.node_id.to_string(),
             desired_status: a.desired_status,
@@ -139,6 +146,7 @@ impl TryFrom<NomadAllocListStub> for Allocation {
             id: a.id,
             namespace: a.namespace,
             job_id: a.job_id,
+            job_version: a.job_version,
             task_group: a.task_group,
             node_id: a.node_id,
             desired_status: a.desired_status,

@@ -16,17 +16,20 @@
 //! | `node.rs` | `Node`, `NodeListStub` |
 //! | `alloc.rs` | `Allocation`, `AllocListStub` |
 //! | `csi.rs` | `CSIInfo` (a plugin instance / fingerprint), `CSIPlugin`, `CSIPluginListStub` |
+//! | `job.rs` | `Job`, `JobListStub`, `TaskGroup`, `Task`, `TaskCSIPluginConfig` |
 //! | `volume.rs` | `CSIVolume`, `CSIVolumeListStub`, `CSIVolumeClaim` |
 //! | `time.rs` | Go's `time.Time` as RFC 3339 (the zero time for 0) |
 
 mod alloc;
 mod csi;
+mod job;
 mod node;
 mod time;
 mod volume;
 
 pub use alloc::{NomadAllocListStub, NomadAllocation};
 pub use csi::{NomadCsiInfo, NomadCsiPlugin, NomadCsiPluginListStub};
+pub use job::{NomadJob, NomadJobListStub, NomadTask, NomadTaskCsiPluginConfig, NomadTaskGroup};
 pub use node::{NomadNode, NomadNodeListStub};
 pub use volume::{NomadCsiVolume, NomadCsiVolumeListStub};
 

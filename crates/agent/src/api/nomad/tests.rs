@@ -69,6 +69,7 @@ fn alloc() -> Allocation {
         id: "a1".into(),
         namespace: "batch".into(),
         job_id: "job-1".into(),
+        job_version: 2,
         task_group: "group".into(),
         node_id: "n1".into(),
         desired_status: DesiredStatus::Stop,
