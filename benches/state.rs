@@ -1,5 +1,6 @@
 //! Criterion benchmarks of the state layer: node upserts with plugin derivation at
-//! several cluster sizes, and plugin denormalization.
+//! several cluster sizes, plugin denormalization, and the cost of jobs (a job
+//! registration, and an allocation write, with 1,000 jobs and 10k allocations).
 //!
 //! The cluster follows the shape of the peer workload (see
 //! `../shared/peers/go-memdb/RESULTS.md` §4): every node runs node instances of two of
@@ -10,7 +11,8 @@ use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use schedstate::model::{
-    Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, Id, Node,
+    Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPluginType, Id, Job,
+    JobType, Node, Task, TaskCsiPlugin, TaskGroup,
 };
 use schedstate::state::StateStore;
 
@@ -108,9 +110,121 @@ fn plugin_denormalize(c: &mut Criterion) {
     });
 }
 
+/// Job `i` of the job benches: every tenth a system job running node instances of
+/// its plugin on every node; the others service jobs with a controller group (count 2)
+/// and a node group (count `nodes`).
+fn job(i: usize, nodes: u32) -> Job {
+    let plugin: Id = format!("plugin-{:02}", i % PLUGINS).into();
+    let task = |kind| Task {
+        name: "plugin".into(),
+        csi_plugin: Some(TaskCsiPlugin {
+            id: plugin.clone(),
+            plugin_type: kind,
+        }),
+    };
+    let system = i.is_multiple_of(10);
+    let mut groups = vec![TaskGroup {
+        name: "tg".into(),
+        count: nodes,
+        tasks: vec![task(CsiPluginType::Node)],
+    }];
+    if !system {
+        groups.push(TaskGroup {
+            name: "controller".into(),
+            count: 2,
+            tasks: vec![task(CsiPluginType::Controller)],
+        });
+    }
+    Job {
+        job_type: if system {
+            JobType::System
+        } else {
+            JobType::Service
+        },
+        task_groups: groups,
+        ..Job::new("default", format!("job-{i:03}"))
+    }
+}
+
+/// The 1,000-node cluster (10k allocations of 1,000 jobs, 10 each) with its jobs.
+fn cluster_with_jobs() -> (StateStore, u64) {
+    let (store, _, mut index) = cluster(1_000);
+    let jobs: Vec<Job> = (0..1_000).map(|i| job(i, 3)).collect();
+    store.upsert_jobs(index, jobs).expect("jobs");
+    index += 1;
+    (store, index)
+}
+
+fn job_writes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("jobs_1k_jobs_10k_allocs");
+    let (store, mut index) = cluster_with_jobs();
+    let mut g = SplitMix64(77);
+    // A service job scaled (its count alternates, so every registration changes it).
+    group.bench_function("register_service_job", |b| {
+        b.iter(|| {
+            let i = 1 + 10 * g.intn(99) + g.intn(9);
+            store
+                .upsert_jobs(index, vec![job(i, 3 + (index % 2) as u32)])
+                .expect("register");
+            index += 1;
+        });
+    });
+    // A system job updated: its expectation is recounted from its allocations.
+    group.bench_function("register_system_job", |b| {
+        b.iter(|| {
+            let i = 10 * g.intn(100);
+            store
+                .upsert_jobs(index, vec![job(i, 1 + (index % 2) as u32)])
+                .expect("register");
+            index += 1;
+        });
+    });
+    // An allocation of a system job flipping between running and pending: the job
+    // lookup, the version check and the ±1 on its plugin.
+    let alloc = store
+        .snapshot()
+        .view()
+        .allocs_by_job("default", "job-000")
+        .next()
+        .expect("an alloc of job-000");
+    group.bench_function("alloc_write_of_a_system_job", |b| {
+        b.iter(|| {
+            let mut a = (*alloc).clone();
+            a.client_status = if index.is_multiple_of(2) {
+                ClientStatus::Running
+            } else {
+                ClientStatus::Pending
+            };
+            store.upsert_allocs(index, vec![a]).expect("alloc");
+            index += 1;
+        });
+    });
+    group.finish();
+    // The same allocation write in the same cluster without jobs, for the ratio.
+    let (bare, _, mut index) = cluster(1_000);
+    let alloc = bare
+        .snapshot()
+        .view()
+        .allocs_by_job("default", "job-000")
+        .next()
+        .expect("an alloc of job-000");
+    c.bench_function("jobs_1k_jobs_10k_allocs/alloc_write_without_jobs", |b| {
+        b.iter(|| {
+            let mut a = (*alloc).clone();
+            a.client_status = if index.is_multiple_of(2) {
+                ClientStatus::Running
+            } else {
+                ClientStatus::Pending
+            };
+            bare.upsert_allocs(index, vec![a]).expect("alloc");
+            index += 1;
+        });
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
-    targets = upsert_node_txn, plugin_denormalize
+    targets = upsert_node_txn, plugin_denormalize, job_writes
 }
 criterion_main!(benches);

@@ -24,6 +24,11 @@ struct PluginEdit {
     original: Option<Arc<CsiPlugin>>,
     /// The instance entries this command wrote or removed.
     touched: Vec<(InstanceKind, Id)>,
+    /// Created by this command for a job's expectation, and not yet reached by a
+    /// fingerprint: to the command's own rules it does not exist yet (an unhealthy
+    /// report leaves it alone, as it would leave a missing plugin), since expectations
+    /// are settled after a command's rules, not before.
+    expectation_only: bool,
 }
 
 impl PluginEdit {
@@ -109,11 +114,13 @@ impl Writer {
                     plugin: (*p).clone(),
                     original: Some(p),
                     touched: Vec::new(),
+                    expectation_only: false,
                 },
                 None if create => PluginEdit {
                     plugin: CsiPlugin::new(id.clone(), self.index),
                     original: None,
                     touched: Vec::new(),
+                    expectation_only: false,
                 },
                 None => return None,
             };
@@ -135,6 +142,12 @@ impl Writer {
             // An unhealthy report never creates a plugin.
             return Ok(());
         };
+        if edit.expectation_only {
+            if !info.healthy {
+                return Ok(());
+            }
+            edit.expectation_only = false;
+        }
         let p = &mut edit.plugin;
         if p.provider != info.provider || p.version != info.provider_version {
             p.provider.clone_from(&info.provider);
@@ -284,7 +297,11 @@ impl Writer {
         job_id: &Id,
         expected: Expected,
     ) {
+        let created = !self.plugins.contains_key(&**plugin_id);
         if let Some(edit) = self.edit(plugin_id, !expected.is_zero()) {
+            if created && edit.original.is_none() {
+                edit.expectation_only = true;
+            }
             edit.plugin.set_job_expectation(namespace, job_id, expected);
         }
     }

@@ -12,7 +12,10 @@
 //!   that kind; a healthy report has its entry unless its alloc was stopped; no empty
 //!   plugin; counts from the maps);
 //! - volumes and claims: the register / deregister / claim rules as plain data (the table
-//!   of free claims per access mode, the order of the claim checks).
+//!   of free claims per access mode, the order of the claim checks);
+//! - jobs (`state_model_jobs.rs`): job writes on a map, and every plugin's job
+//!   expectations recomputed from scratch after each command, where the store keeps
+//!   them incrementally.
 //!
 //! Random command sequences (small id pools, so that they collide; indexes mostly
 //! increasing, sometimes stale) are applied to the model and to a [`StateStore`]; after
@@ -40,6 +43,10 @@ use schedstate::model::{
     CsiVolumeRequest, DesiredStatus, Id, Node, NodeStatus, id,
 };
 use schedstate::state::{Command, CsiVolumeClaimRequest, StateError, StateStore};
+
+#[path = "state_model_jobs.rs"]
+mod jobs;
+use jobs::JobKey;
 
 // Small pools, so that commands collide. "n1" prefixes "n10", "ebs" prefixes "ebs2".
 const NODES: [&str; 4] = ["n1", "n10", "n2", "n3"];
@@ -111,6 +118,9 @@ enum Refused {
     ReadOnlyAccessMode,
     Unschedulable,
     MaxClaims,
+    Invalid,
+    JobNotFound(Id),
+    JobVersion,
 }
 
 fn refused(e: &StateError) -> Refused {
@@ -132,6 +142,9 @@ fn refused(e: &StateError) -> Refused {
         StateError::ReadOnlyAccessMode { .. } => Refused::ReadOnlyAccessMode,
         StateError::Unschedulable { .. } => Refused::Unschedulable,
         StateError::MaxClaimsReached { .. } => Refused::MaxClaims,
+        StateError::InvalidInput { .. } => Refused::Invalid,
+        StateError::JobNotFound { id, .. } => Refused::JobNotFound(id.clone()),
+        StateError::JobVersionNotFound { .. } => Refused::JobVersion,
         other => panic!("an error the model does not know: {other:?}"),
     }
 }
@@ -148,6 +161,8 @@ struct MPlugin {
     controller_required: bool,
     controllers: BTreeMap<Id, Arc<CsiInfo>>,
     nodes: BTreeMap<Id, Arc<CsiInfo>>,
+    /// What each live job expects (non-zero only).
+    jobs: BTreeMap<JobKey, schedstate::model::Expected>,
     create_index: u64,
     modify_index: u64,
 }
@@ -160,6 +175,7 @@ impl MPlugin {
             controller_required: false,
             controllers: BTreeMap::new(),
             nodes: BTreeMap::new(),
+            jobs: BTreeMap::new(),
             create_index: index,
             modify_index: index,
         }
@@ -173,10 +189,11 @@ impl MPlugin {
             && self.controller_required == other.controller_required
             && self.controllers == other.controllers
             && self.nodes == other.nodes
+            && self.jobs == other.jobs
     }
 
     fn is_empty(&self) -> bool {
-        self.controllers.is_empty() && self.nodes.is_empty()
+        self.controllers.is_empty() && self.nodes.is_empty() && self.jobs.is_empty()
     }
 
     fn schedulable(&self) -> bool {
@@ -193,22 +210,24 @@ fn record(map: &mut BTreeMap<Id, Arc<CsiInfo>>, node: &Id, info: &Arc<CsiInfo>) 
     map.insert(node.clone(), Arc::clone(info));
 }
 
-const TABLES: [&str; 4] = [
+const TABLES: [&str; 5] = [
     names::NODES,
     names::ALLOCS,
     names::CSI_PLUGINS,
     names::CSI_VOLUMES,
+    names::JOBS,
 ];
 
 #[derive(Debug, Clone)]
 struct Model {
     last_applied: u64,
-    table_index: [u64; 4],
+    table_index: [u64; 5],
     /// Stored rows, indexes included.
     nodes: BTreeMap<Id, Node>,
     allocs: BTreeMap<Id, Allocation>,
     plugins: BTreeMap<Id, MPlugin>,
     volumes: BTreeMap<(Id, Id), CsiVolume>,
+    jobs: BTreeMap<JobKey, schedstate::model::Job>,
     /// Every (alloc, node) an accepted write ever stopped (for the cross-check).
     stopped: BTreeSet<(Id, Id)>,
     /// What the last command returned.
@@ -274,7 +293,9 @@ impl Model {
                 if allocs.iter().any(|a| a.id.is_empty()) {
                     return Err(Refused::MissingField);
                 }
+                self.check_alloc_versions(allocs)?;
                 for a in allocs {
+                    self.alloc_started(index, a);
                     let mut row = a.clone();
                     row.create_index = self.allocs.get(&a.id).map_or(index, |o| o.create_index);
                     row.modify_index = index;
@@ -334,8 +355,12 @@ impl Model {
                     self.claim(index, c)?;
                 }
             }
+            Command::UpsertJobs { jobs } => self.upsert_jobs(index, jobs)?,
+            Command::StopJobs { namespace, ids } => self.end_jobs(index, namespace, ids, false)?,
+            Command::PurgeJobs { namespace, ids } => self.end_jobs(index, namespace, ids, true)?,
             other => panic!("the model does not know {}", other.kind()),
         }
+        self.recompute_expectations(index);
         self.finish_plugins(&before.plugins, index);
         // A table whose rows changed takes this index; the others keep theirs.
         let changed = [
@@ -343,6 +368,7 @@ impl Model {
             self.allocs != before.allocs,
             self.plugins != before.plugins,
             self.volumes != before.volumes,
+            self.jobs != before.jobs,
         ];
         for (t, changed) in changed.into_iter().enumerate() {
             if changed {
@@ -821,24 +847,28 @@ fn node_strategy() -> impl Strategy<Value = Node> {
         prop::sample::select(&[NodeStatus::Ready, NodeStatus::Down][..]),
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.05),
+        prop::bool::weighted(0.15),
     )
-        .prop_map(|(node_id, placements, status, drain, mismatch)| {
-            let mut n = Node::new(node_id, "client");
-            n.status = status;
-            n.drain = drain;
-            for (c, d) in placements {
-                if let Some(c) = c {
-                    n.csi_controller_plugins.insert(c.plugin_id.clone(), c);
+        .prop_map(
+            |(node_id, placements, status, drain, mismatch, ineligible)| {
+                let mut n = Node::new(node_id, "client");
+                n.status = status;
+                n.drain = drain;
+                n.eligible = !ineligible;
+                for (c, d) in placements {
+                    if let Some(c) = c {
+                        n.csi_controller_plugins.insert(c.plugin_id.clone(), c);
+                    }
+                    if let Some(d) = d {
+                        n.csi_node_plugins.insert(d.plugin_id.clone(), d);
+                    }
                 }
-                if let Some(d) = d {
-                    n.csi_node_plugins.insert(d.plugin_id.clone(), d);
+                if mismatch && let Some((_, info)) = n.csi_node_plugins.pop_first() {
+                    n.csi_node_plugins.insert(id("wrong"), info);
                 }
-            }
-            if mismatch && let Some((_, info)) = n.csi_node_plugins.pop_first() {
-                n.csi_node_plugins.insert(id("wrong"), info);
-            }
-            n
-        })
+                n
+            },
+        )
 }
 
 /// A node stored in the model, reported again: later, or with health flipped.
@@ -883,26 +913,33 @@ fn alloc_strategy() -> impl Strategy<Value = Allocation> {
             ][..],
         ),
         prop::collection::vec((pick(&VOLUMES), any::<bool>()), 0..2),
+        (
+            pick(&jobs::JOBS),
+            pick(&jobs::GROUPS),
+            prop_oneof![6 => Just(0u64), 1 => 1..3u64],
+        ),
     )
-        .prop_map(|(alloc_id, ns, node, desired, client, vols)| Allocation {
-            id: alloc_id,
-            namespace: ns,
-            job_id: id("job"),
-            job_version: 0,
-            task_group: "tg".into(),
-            node_id: node,
-            desired_status: desired,
-            client_status: client,
-            csi_volume_requests: vols
-                .into_iter()
-                .map(|(volume_id, read_only)| CsiVolumeRequest {
-                    volume_id,
-                    read_only,
-                })
-                .collect(),
-            create_index: 0,
-            modify_index: 0,
-        })
+        .prop_map(
+            |(alloc_id, ns, node, desired, client, vols, (job_id, group, version))| Allocation {
+                id: alloc_id,
+                namespace: ns,
+                job_id,
+                job_version: version,
+                task_group: group,
+                node_id: node,
+                desired_status: desired,
+                client_status: client,
+                csi_volume_requests: vols
+                    .into_iter()
+                    .map(|(volume_id, read_only)| CsiVolumeRequest {
+                        volume_id,
+                        read_only,
+                    })
+                    .collect(),
+                create_index: 0,
+                modify_index: 0,
+            },
+        )
 }
 
 fn volume_strategy(plugins: Vec<Id>) -> impl Strategy<Value = CsiVolume> {
@@ -1035,7 +1072,7 @@ fn command_strategy(m: &Model) -> BoxedStrategy<Command> {
         ),
         (
             3,
-            (pick(&NODES), 0..3usize)
+            (pick(&NODES), 0..4usize)
                 .prop_map(|(node, which)| match which {
                     0 => Command::UpdateNodeStatus {
                         id: node,
@@ -1045,9 +1082,13 @@ fn command_strategy(m: &Model) -> BoxedStrategy<Command> {
                         id: node,
                         drain: true,
                     },
-                    _ => Command::UpdateNodeEligibility {
+                    2 => Command::UpdateNodeEligibility {
                         id: node,
                         eligible: false,
+                    },
+                    _ => Command::UpdateNodeEligibility {
+                        id: node,
+                        eligible: true,
                     },
                 })
                 .boxed(),
@@ -1085,6 +1126,24 @@ fn command_strategy(m: &Model) -> BoxedStrategy<Command> {
                 .boxed(),
         ),
         (
+            6,
+            list(jobs::job_strategy(), 3)
+                .prop_map(|jobs| Command::UpsertJobs { jobs })
+                .boxed(),
+        ),
+        (
+            3,
+            (pick(&NAMESPACES), list(pick(&jobs::JOBS), 3), any::<bool>())
+                .prop_map(|(namespace, ids, purge)| {
+                    if purge {
+                        Command::PurgeJobs { namespace, ids }
+                    } else {
+                        Command::StopJobs { namespace, ids }
+                    }
+                })
+                .boxed(),
+        ),
+        (
             if volumes.is_empty() { 2 } else { 30 },
             list(claim_strategy(volumes, allocs), 4)
                 .prop_map(|claims| Command::ClaimCsiVolumes { claims })
@@ -1111,11 +1170,12 @@ impl ReferenceStateMachine for Reference {
     fn init_state() -> BoxedStrategy<Model> {
         Just(Model {
             last_applied: 0,
-            table_index: [0; 4],
+            table_index: [0; 5],
             nodes: BTreeMap::new(),
             allocs: BTreeMap::new(),
             plugins: BTreeMap::new(),
             volumes: BTreeMap::new(),
+            jobs: BTreeMap::new(),
             stopped: BTreeSet::new(),
             outcome: Ok(()),
         })
@@ -1245,7 +1305,27 @@ fn compare(store: &StateStore, m: &Model) {
             (mp.create_index, mp.modify_index),
             "plugin {pid} indexes"
         );
+        let jobs: Vec<(JobKey, schedstate::model::Expected)> = p
+            .jobs
+            .iter()
+            .map(|j| ((j.namespace.clone(), j.job_id.clone()), j.expected))
+            .collect();
+        assert_eq!(
+            jobs,
+            mp.jobs.clone().into_iter().collect::<Vec<_>>(),
+            "plugin {pid} job expectations"
+        );
+        let sum = |f: fn(&schedstate::model::Expected) -> u64| {
+            mp.jobs.values().map(f).sum::<u64>() as usize
+        };
+        assert_eq!(
+            (p.controllers_expected(), p.nodes_expected()),
+            (sum(|e| e.controllers), sum(|e| e.nodes)),
+            "plugin {pid} expected"
+        );
     }
+    let jobs: Vec<schedstate::model::Job> = v.jobs().map(|j| (*j).clone()).collect();
+    assert_eq!(jobs, m.jobs.values().cloned().collect::<Vec<_>>(), "jobs");
 
     let volumes: Vec<CsiVolume> = v.csi_volumes().map(|x| (*x).clone()).collect();
     let expected: Vec<&CsiVolume> = m.volumes.values().collect();

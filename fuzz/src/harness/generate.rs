@@ -1,15 +1,16 @@
 //! Commands decoded from fuzz bytes, over small id pools so that operations collide:
-//! 8 nodes, 6 plugins, 16 allocs, 6 volumes, 2 namespaces (ids that prefix each other
-//! included, to catch a prefix match where an exact one is due).
+//! 8 nodes, 6 plugins, 16 allocs, 6 volumes, 2 namespaces, 3 jobs (ids that prefix each
+//! other included, to catch a prefix match where an exact one is due).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiMountOptions, CsiNodeInfo,
-    CsiTopology, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
-    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus,
-    Fingerprints, Id, Node, NodeStatus, id,
+    CsiPluginType, CsiTopology, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode,
+    CsiVolumeCapability, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest,
+    DesiredStatus, Fingerprints, Id, Job, JobType, Node, NodeStatus, Task, TaskCsiPlugin,
+    TaskGroup, id,
 };
 use schedstate::state::{Command, CsiVolumeClaimRequest};
 
@@ -29,6 +30,8 @@ pub const VOLUMES: [&str; 6] = ["v1", "v10", "v2", "v3", "v4", "v5"];
 /// Namespaces.
 pub const NAMESPACES: [&str; 2] = ["default", "prod"];
 const JOBS: [&str; 3] = ["web", "db", "cache"];
+/// Task group names (allocations and jobs draw from the same ones).
+const GROUPS: [&str; 2] = ["group", "g2"];
 const PROVIDERS: [&str; 2] = ["ebs.csi.aws.com", "nfs.csi.k8s.io"];
 const VERSIONS: [&str; 3] = ["1.0", "1.1", "2.0"];
 
@@ -167,11 +170,27 @@ impl Gen {
                     .collect(),
                 force: inp.bool(),
             },
-            _ => Command::ClaimCsiVolumes {
+            76..=89 => Command::ClaimCsiVolumes {
                 claims: (0..inp.below(3) + usize::from(!inp.chance(3)))
                     .map(|_| self.claim_request(inp))
                     .collect(),
             },
+            90..=95 => Command::UpsertJobs {
+                jobs: (0..inp.below(2) + usize::from(!inp.chance(5)))
+                    .map(|_| job(inp))
+                    .collect(),
+            },
+            _ => {
+                let namespace = id(inp.pick(&NAMESPACES));
+                let ids = (0..inp.below(2) + usize::from(!inp.chance(5)))
+                    .map(|_| id(inp.pick(&JOBS)))
+                    .collect();
+                if inp.bool() {
+                    Command::StopJobs { namespace, ids }
+                } else {
+                    Command::PurgeJobs { namespace, ids }
+                }
+            }
         }
     }
 
@@ -372,8 +391,12 @@ pub fn alloc(inp: &mut Input<'_>) -> Allocation {
         id: id(alloc_id),
         namespace: id(inp.pick(&NAMESPACES)),
         job_id: id(inp.pick(&JOBS)),
-        job_version: 0,
-        task_group: "group".into(),
+        job_version: if inp.chance(80) {
+            0
+        } else {
+            inp.below(3) as u64
+        },
+        task_group: id(inp.pick(&GROUPS)),
         node_id: node_id(inp),
         desired_status: match inp.below(20) {
             0..=6 => DesiredStatus::Stop,
@@ -396,6 +419,50 @@ pub fn alloc(inp: &mut Input<'_>) -> Allocation {
             .collect(),
         create_index: 0,
         modify_index: 0,
+    }
+}
+
+/// A job registration: any type, up to three groups (names may repeat: refused) with
+/// small counts, tasks running any kind of any plugin (sometimes with an empty id).
+pub fn job(inp: &mut Input<'_>) -> Job {
+    let job_id = if inp.chance(2) { "" } else { inp.pick(&JOBS) };
+    Job {
+        namespace: id(inp.pick(&NAMESPACES)),
+        id: id(job_id),
+        job_type: inp.pick(&[
+            JobType::Service,
+            JobType::Batch,
+            JobType::System,
+            JobType::Sysbatch,
+        ]),
+        task_groups: (0..inp.below(4))
+            .map(|_| TaskGroup {
+                name: id(inp.pick(&GROUPS)),
+                count: inp.below(4) as u32,
+                tasks: (0..inp.below(3))
+                    .map(|i| Task {
+                        name: id(if inp.chance(5) {
+                            "t"
+                        } else {
+                            ["t0", "t1", "t2"][i]
+                        }),
+                        csi_plugin: (!inp.chance(30)).then(|| TaskCsiPlugin {
+                            id: id(if inp.chance(2) {
+                                ""
+                            } else {
+                                inp.pick(&PLUGINS)
+                            }),
+                            plugin_type: inp.pick(&[
+                                CsiPluginType::Controller,
+                                CsiPluginType::Node,
+                                CsiPluginType::Monolith,
+                            ]),
+                        }),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        ..Job::default()
     }
 }
 

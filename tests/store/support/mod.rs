@@ -252,6 +252,8 @@ pub mod names {
     pub const CSI_PLUGINS: &str = "csi_plugins";
     /// The CSI volumes table.
     pub const CSI_VOLUMES: &str = "csi_volumes";
+    /// The jobs table.
+    pub const JOBS: &str = "jobs";
     /// The derived table of plugin instances.
     pub const CSI_PLUGIN_INSTANCES: &str = "csi_plugin_instances";
     /// The four tables of the state.

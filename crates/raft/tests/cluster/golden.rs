@@ -138,5 +138,42 @@ async fn golden_v1_directory_opens_to_the_same_state() {
     let snap = server.read_stale();
     snap.view().check_invariants().unwrap();
     assert_eq!(snap.canonical_bytes().unwrap(), expected);
+
+    // A write of this build (a job: format 2 only) goes to a new segment; the
+    // version-1 segments stay as committed, and the whole reopens.
+    let job = schedstate::model::Job::new("default", "upgrade-check");
+    let committed = server
+        .propose(Command::UpsertJobs { jobs: vec![job] })
+        .await
+        .unwrap();
+    server.shutdown().await;
+    for name in [
+        "raft-00000000000000000001.log",
+        "raft-00000000000000000002.log",
+    ] {
+        assert!(
+            std::fs::read(work.path().join(name)).unwrap()
+                == std::fs::read(data.join(name)).unwrap(),
+            "{name} was changed"
+        );
+    }
+    let newest = std::fs::read(work.path().join("raft-00000000000000000003.log")).unwrap();
+    assert_eq!(
+        &newest[8..12],
+        &schedstate_raft::RAFT_LOG_VERSION.to_le_bytes()
+    );
+    let router = Router::new();
+    let server = Server::open(1, work.path(), options(), router.network(1))
+        .await
+        .unwrap();
+    router.add(server.clone());
+    server.wait_for_leader(DEADLINE).await.unwrap();
+    server
+        .wait_applied(committed.index, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let snap = server.read_stale();
+    assert!(snap.view().job("default", "upgrade-check").is_some());
+    snap.view().check_invariants().unwrap();
     server.shutdown().await;
 }
