@@ -14,6 +14,7 @@ mod fuzz_regressions;
 mod persist_corruption;
 mod persist_faults;
 mod persist_golden;
+mod persist_golden_v2;
 mod persist_group;
 mod persist_modes;
 mod persist_repair;

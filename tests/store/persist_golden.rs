@@ -58,7 +58,7 @@ fn fingerprint(plugin: &str, node: &str, controller: bool, healthy: bool) -> Arc
     })
 }
 
-fn node(node_id: &str, plugins: &[(&str, bool, bool)]) -> Node {
+pub(crate) fn node(node_id: &str, plugins: &[(&str, bool, bool)]) -> Node {
     let mut n = Node::new(node_id, format!("client-{node_id}"));
     for (plugin, controller, healthy) in plugins {
         let fp = fingerprint(plugin, node_id, *controller, *healthy);
@@ -71,7 +71,7 @@ fn node(node_id: &str, plugins: &[(&str, bool, bool)]) -> Node {
     n
 }
 
-fn alloc(alloc_id: &str, node_id: &str, volumes: &[&str]) -> Allocation {
+pub(crate) fn alloc(alloc_id: &str, node_id: &str, volumes: &[&str]) -> Allocation {
     Allocation {
         id: id(alloc_id),
         namespace: id("default"),
@@ -133,7 +133,7 @@ fn claim(
 
 /// The golden command stream, at indexes 10, 20, …: the first [`IN_SNAPSHOT`] are in
 /// the snapshot, the rest in the log after it. Every one is accepted.
-fn golden_commands() -> Vec<(u64, Command)> {
+pub(crate) fn golden_commands() -> Vec<(u64, Command)> {
     use CsiVolumeAccessMode::{MultiNodeMultiWriter as Mnmw, SingleNodeWriter as Snw};
     use CsiVolumeClaimMode::{Read, Write};
     use CsiVolumeClaimState::{NodeDetached, ReadyToFree, Taken};

@@ -1376,7 +1376,8 @@ impl StateMachineTest for StoreTest {
 
 prop_state_machine! {
     #![proptest_config(Config {
-        cases: 256,
+        // `PROPTEST_CASES` raises it (an explicit count would ignore the variable).
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256),
         max_shrink_iters: 4096,
         failure_persistence: None,
         .. Config::default()
