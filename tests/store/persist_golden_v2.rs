@@ -160,7 +160,7 @@ fn the_golden_v2_directory_opens_with_identical_content() {
     );
     check_golden_state(db.store());
     drop(db);
-    let (store, _) = DurableStore::open_read_only(&golden().join("data")).unwrap();
+    let (store, _) = DurableStore::open_read_only(golden().join("data")).unwrap();
     check_golden_state(&store);
 }
 
