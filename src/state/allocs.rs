@@ -23,8 +23,9 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
         let server_terminal = alloc.server_terminal();
         let alloc = Arc::new(alloc);
         let before = if jobs {
-            check_alloc_job(w, &alloc)?;
-            w.view().alloc(&alloc.id)
+            let before = w.view().alloc(&alloc.id);
+            check_alloc_job(w, before.as_deref(), &alloc)?;
+            before
         } else {
             None
         };

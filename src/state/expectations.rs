@@ -101,7 +101,7 @@ fn contribution(
     })
 }
 
-/// Applies `sign` × the adjustments to the plugins.
+/// Adds (`add`) or takes away the adjustments of one allocation.
 fn adjust(w: &mut Writer, alloc: &Allocation, changes: Vec<(Id, bool, bool)>, add: bool) {
     for (plugin, controller, node) in changes {
         let mut e = w.job_expectation(&plugin, &alloc.namespace, &alloc.job_id);

@@ -89,17 +89,27 @@ pub(crate) fn purge_jobs(w: &mut Writer, namespace: &Id, ids: &[Id]) -> Result<(
     w.flush_plugins()
 }
 
-/// Checks an allocation against its job, if the jobs table holds it: the version it
-/// names must be one the job has had. A running allocation moves a pending job to
-/// running.
-pub(crate) fn check_alloc_job(w: &mut Writer, alloc: &Allocation) -> Result<()> {
+/// Checks an allocation (replacing `before`, if stored) against its job, if the jobs
+/// table holds it: a job version it names anew must be one the job has had — one it
+/// already carried is not checked again, so an allocation of a job purged and
+/// registered again (versions start over) can still be updated and stopped. A running
+/// allocation moves a pending job to running.
+pub(crate) fn check_alloc_job(
+    w: &mut Writer,
+    before: Option<&Allocation>,
+    alloc: &Allocation,
+) -> Result<()> {
     if !any_jobs(w) {
         return Ok(());
     }
     let Some(job) = w.view().job(&alloc.namespace, &alloc.job_id) else {
         return Ok(());
     };
-    if alloc.job_version > job.version {
+    let named_anew = before.is_none_or(|b| {
+        (&b.namespace, &b.job_id, b.job_version)
+            != (&alloc.namespace, &alloc.job_id, alloc.job_version)
+    });
+    if named_anew && alloc.job_version > job.version {
         return Err(StateError::JobVersionNotFound {
             alloc_id: alloc.id.clone(),
             namespace: alloc.namespace.clone(),

@@ -724,3 +724,65 @@ fn jobs_survive_a_snapshot_and_restore() {
     );
     assert_invariants(&restored);
 }
+
+#[test]
+fn allocations_of_a_job_purged_and_registered_again_can_still_be_stopped() {
+    // Versions start over with the new registration; an allocation keeps the version
+    // it was written with, which is checked only when named anew.
+    let store = StateStore::new();
+    upsert_jobs(&store, 10, vec![plugin_job("csi", "ebs", 1, 1)]);
+    upsert_jobs(&store, 20, vec![plugin_job("csi", "ebs", 1, 2)]);
+    up_allocs(
+        &store,
+        30,
+        vec![Allocation {
+            job_version: 1,
+            ..alloc_of(
+                "a1",
+                "csi",
+                "nodes",
+                "n1",
+                DesiredStatus::Run,
+                ClientStatus::Running,
+            )
+        }],
+    );
+    ok(
+        &store,
+        40,
+        Command::PurgeJobs {
+            namespace: id(NS),
+            ids: vec![id("csi")],
+        },
+    );
+    upsert_jobs(&store, 50, vec![plugin_job("csi", "ebs", 1, 1)]);
+    assert_eq!(job(&store, "csi").unwrap().version, 0);
+    ok(
+        &store,
+        60,
+        Command::StopAllocs {
+            ids: vec![id("a1")],
+        },
+    );
+    assert_eq!(store.snapshot().view().alloc("a1").unwrap().job_version, 1);
+    // Naming version 1 anew (another allocation) is refused: the job has only 0.
+    let e = assert_rejected(
+        &store,
+        70,
+        &Command::UpsertAllocs {
+            allocs: vec![Allocation {
+                job_version: 1,
+                ..alloc_of(
+                    "a2",
+                    "csi",
+                    "nodes",
+                    "n1",
+                    DesiredStatus::Run,
+                    ClientStatus::Pending,
+                )
+            }],
+        },
+    );
+    assert_eq!(e.kind(), "JobVersionNotFound");
+    assert_invariants(&store);
+}

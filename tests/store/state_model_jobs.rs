@@ -122,15 +122,26 @@ impl Model {
         Ok(())
     }
 
-    /// An allocation batch against the jobs: every version named must exist (checked
-    /// before anything is written), and a running allocation starts a pending job.
+    /// An allocation batch against the jobs: every version named anew (not already the
+    /// stored allocation's, for the same job) must exist — checked in order, each
+    /// against the allocations the batch wrote before it.
     pub(super) fn check_alloc_versions(&self, allocs: &[Allocation]) -> Result<(), Refused> {
+        let mut written: BTreeMap<Id, &Allocation> = BTreeMap::new();
         for a in allocs {
-            if let Some(job) = self.jobs.get(&(a.namespace.clone(), a.job_id.clone()))
+            let before = written
+                .get(&a.id)
+                .copied()
+                .or_else(|| self.allocs.get(&a.id));
+            let anew = before.is_none_or(|b| {
+                (&b.namespace, &b.job_id, b.job_version) != (&a.namespace, &a.job_id, a.job_version)
+            });
+            if anew
+                && let Some(job) = self.jobs.get(&(a.namespace.clone(), a.job_id.clone()))
                 && a.job_version > job.version
             {
                 return Err(Refused::JobVersion);
             }
+            written.insert(a.id.clone(), a);
         }
         Ok(())
     }
