@@ -1,7 +1,7 @@
 //! schedstate: an embedded, transactional state store for cluster schedulers.
 //!
-//! It keeps a scheduler's state — nodes, allocations, CSI plugins and CSI volumes — in
-//! memory as immutable versions. Every change is a [`Command`] applied at a log index,
+//! It keeps a scheduler's state — nodes, allocations, jobs, CSI plugins and CSI volumes
+//! — in memory as immutable versions. Every change is a [`Command`] applied at a log index,
 //! all of it or none of it; readers take O(1) snapshots that never change and never
 //! block the writer; a query can block until exactly the rows it read change. The
 //! rules every write follows are in `docs/rules.md`.
@@ -40,13 +40,26 @@
 //!
 //! # Example
 //!
-//! A client node reports a CSI plugin; the plugin appears, and a blocking query on it
-//! wakes when its health changes:
+//! A job asks for three node instances of a CSI plugin; one client node reports one;
+//! a blocking query on the plugin wakes when its health changes, and shows how many
+//! instances are healthy against how many the job expects:
 //!
 //! ```
 //! use std::time::Duration;
-//! use schedstate::model::{CsiInfo, CsiNodeInfo, Node};
+//! use schedstate::model::{CsiInfo, CsiNodeInfo, CsiPluginType, Job, Node, Task, TaskCsiPlugin, TaskGroup};
 //! use schedstate::{QueryOptions, StateStore, Table};
+//!
+//! let job = Job {
+//!     task_groups: vec![TaskGroup {
+//!         name: "nodes".into(),
+//!         count: 3,
+//!         tasks: vec![Task {
+//!             name: "plugin".into(),
+//!             csi_plugin: Some(TaskCsiPlugin { id: "ebs".into(), plugin_type: CsiPluginType::Node }),
+//!         }],
+//!     }],
+//!     ..Job::new("default", "ebs-nodes")
+//! };
 //!
 //! fn node(healthy: bool) -> Node {
 //!     let mut n = Node::new("node-1", "client-1");
@@ -59,23 +72,24 @@
 //! }
 //!
 //! let store = StateStore::new();
-//! store.upsert_node(1, node(true)).unwrap();
-//! assert_eq!(store.snapshot().view().table_index(Table::CsiPlugins), 1);
+//! store.upsert_jobs(1, vec![job]).unwrap();
+//! store.upsert_node(2, node(true)).unwrap();
+//! assert_eq!(store.snapshot().view().table_index(Table::CsiPlugins), 2);
 //!
 //! let writer = store.clone();
 //! let flip = std::thread::spawn(move || {
 //!     std::thread::sleep(Duration::from_millis(20));
-//!     writer.upsert_node(2, node(false)).unwrap();
+//!     writer.upsert_node(3, node(false)).unwrap();
 //! });
 //!
-//! // Wait (at most 10 s) for the plugin to change past index 1.
-//! let opts = QueryOptions::new(1, Duration::from_secs(10));
+//! // Wait (at most 10 s) for the plugin to change past index 2.
+//! let opts = QueryOptions::new(2, Duration::from_secs(10));
 //! let answer = store.reader().blocking_csi_plugin_denormalized(opts, "ebs");
 //! flip.join().unwrap();
 //! assert!(!answer.timed_out);
-//! assert_eq!(answer.index, 2);
+//! assert_eq!(answer.index, 3);
 //! let plugin = answer.value.unwrap();
-//! assert_eq!((plugin.nodes_healthy(), plugin.nodes_expected()), (0, 1));
+//! assert_eq!((plugin.nodes_healthy(), plugin.nodes_expected()), (0, 3));
 //! assert_eq!(plugin.provider, "ebs.csi.aws.com");
 //! ```
 //!
