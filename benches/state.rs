@@ -199,6 +199,20 @@ fn job_writes(c: &mut Criterion) {
             index += 1;
         });
     });
+    // The same allocation flipping between running and failed: the system job's
+    // expectation of its plugin moves by one each time (a plugin write).
+    group.bench_function("alloc_write_moving_a_system_jobs_count", |b| {
+        b.iter(|| {
+            let mut a = (*alloc).clone();
+            a.client_status = if index.is_multiple_of(2) {
+                ClientStatus::Running
+            } else {
+                ClientStatus::Failed
+            };
+            store.upsert_allocs(index, vec![a]).expect("alloc");
+            index += 1;
+        });
+    });
     group.finish();
     // The same allocation write in the same cluster without jobs, for the ratio.
     let (bare, _, mut index) = cluster(1_000);

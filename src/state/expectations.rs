@@ -133,6 +133,15 @@ pub(crate) fn alloc_changed(
     let view = w.view();
     let old = before.map(|a| contribution(&view, a, eligible(&view, &a.node_id)));
     let new = after.map(|a| contribution(&view, a, eligible(&view, &a.node_id)));
+    let same_job = match (before, after) {
+        (Some(b), Some(a)) => b.namespace == a.namespace && b.job_id == a.job_id,
+        _ => false,
+    };
+    if same_job && old == new {
+        // Counted before and after, or neither (a status report of a running
+        // allocation): nothing moves, and no plugin is so much as read.
+        return;
+    }
     if let (Some(a), Some(changes)) = (before, old) {
         adjust(w, a, changes, false);
     }
