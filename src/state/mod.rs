@@ -29,14 +29,18 @@
 //!   batches; an empty alloc upsert or delete is an accepted no-op.
 //! - A newly registered volume starts unclaimed, whatever claims the request carried.
 //! - A write claim whose own access mode cannot write (single-node-reader-only,
-//!   multi-node-reader-only) is refused ([`StateError::ReadOnlyAccessMode`]): taken
-//!   on an unclaimed volume it would set a read-only mode with a writer holding it.
+//!   multi-node-reader-only) on a volume whose mode is still unknown is refused
+//!   ([`StateError::ReadOnlyAccessMode`]): taken, it would set a read-only mode with a
+//!   writer holding it. Once the volume's mode is known, it alone limits claims; a
+//!   claim's own mode is stored as it came (docs/rules.md §8, decision 9).
 //! - A claim taken on a volume in use whose access mode is still unknown (its claims
 //!   asked for none) sets the mode only if the claims already held fit that mode, and
 //!   free claims are counted in that mode; otherwise it is refused as "max claims
 //!   reached" ([`StateError::MaxClaimsReached`]).
-//! - A release step that changes nothing (repeated, or for an alloc without a claim)
-//!   rewrites nothing; a gc claim always moves the volume's modify index.
+//! - A release step that changes nothing (a repeat, or `ready-to-free` for an alloc
+//!   with nothing to remove) rewrites nothing; any other step for an alloc without a
+//!   claim stores a past claim for it, as Nomad does; a gc claim always moves the
+//!   volume's modify index (docs/rules.md §8, decisions 13 and 24).
 
 mod acl;
 mod allocs;
