@@ -16,8 +16,7 @@
 //! opens gives a state that passes every invariant (it was built by accepted commands);
 //! an undamaged file gives exactly the state it was made from.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use schedstate::model::{CsiVolumeClaim, CsiVolumeClaimMode, Node, id};
 use schedstate::persist::{DurableStore, WAL_MAGIC, WAL_VERSION};
@@ -295,29 +294,19 @@ fn fix_log_checksums(bytes: &mut [u8]) {
 }
 
 /// A fresh directory, removed when dropped (also when a check panics).
-struct TempDir(PathBuf);
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new() -> TempDir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "schedstate-fuzz-persist-{}-{n}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        let dir = tempfile::Builder::new()
+            .prefix("schedstate-fuzz-persist-")
+            .tempdir()
+            .expect("create a temporary directory");
         TempDir(dir)
     }
 
     fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path()
     }
 }
 

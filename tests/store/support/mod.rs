@@ -11,7 +11,6 @@ pub mod volumes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, DesiredStatus,
@@ -370,31 +369,36 @@ pub fn plugin_changes(info: &schedstate::Commit) -> Vec<(String, schedstate::Cha
         .collect()
 }
 
-/// A path under the system's temporary directory, unique per process and call, removed
+/// A path under the system's temporary directory (`tempfile`), unique, removed
 /// (directory or file) when dropped.
 #[derive(Debug)]
 pub struct TempDir {
+    /// The directory `tempfile` made (and removes); `path` is it, or a path inside it.
+    _dir: tempfile::TempDir,
     path: PathBuf,
 }
 
 impl TempDir {
+    fn base(tag: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("schedstate-test-{tag}-"))
+            .tempdir()
+            .expect("create temp dir")
+    }
+
     /// A fresh, empty directory named after `tag`.
     pub fn new(tag: &str) -> TempDir {
-        let dir = TempDir::absent(tag);
-        std::fs::create_dir_all(&dir.path).expect("create temp dir");
-        dir
+        let dir = TempDir::base(tag);
+        let path = dir.path().to_path_buf();
+        TempDir { _dir: dir, path }
     }
 
     /// A fresh path named after `tag` that does not exist yet: for a directory or file
     /// the code under test is to create, or must not create.
     pub fn absent(tag: &str) -> TempDir {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("schedstate-test-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        let _ = std::fs::remove_file(&path);
-        TempDir { path }
+        let dir = TempDir::base(tag);
+        let path = dir.path().join(tag);
+        TempDir { _dir: dir, path }
     }
 
     /// The path.
@@ -405,12 +409,5 @@ impl TempDir {
     /// A path inside the directory.
     pub fn join(&self, name: &str) -> PathBuf {
         self.path.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-        let _ = std::fs::remove_file(&self.path);
     }
 }
