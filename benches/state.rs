@@ -180,60 +180,45 @@ fn job_writes(c: &mut Criterion) {
         });
     });
     // An allocation of a system job flipping between running and pending: the job
-    // lookup, the version check and the ±1 on its plugin.
-    let alloc = store
-        .snapshot()
-        .view()
-        .allocs_by_job("default", "job-000")
-        .next()
-        .expect("an alloc of job-000");
+    // lookup, the version check, and no plugin write (it counts either way).
+    let alloc = first_alloc_of_job_000(&store);
     group.bench_function("alloc_write_of_a_system_job", |b| {
-        b.iter(|| {
-            let mut a = (*alloc).clone();
-            a.client_status = if index.is_multiple_of(2) {
-                ClientStatus::Running
-            } else {
-                ClientStatus::Pending
-            };
-            store.upsert_allocs(index, vec![a]).expect("alloc");
-            index += 1;
-        });
+        b.iter(|| flip_alloc(&store, &alloc, &mut index, ClientStatus::Pending));
     });
-    // The same allocation flipping between running and failed: the system job's
-    // expectation of its plugin moves by one each time (a plugin write).
+    // Flipping between running and failed: the system job's expectation of its plugin
+    // moves by one each time (a plugin write).
     group.bench_function("alloc_write_moving_a_system_jobs_count", |b| {
-        b.iter(|| {
-            let mut a = (*alloc).clone();
-            a.client_status = if index.is_multiple_of(2) {
-                ClientStatus::Running
-            } else {
-                ClientStatus::Failed
-            };
-            store.upsert_allocs(index, vec![a]).expect("alloc");
-            index += 1;
-        });
+        b.iter(|| flip_alloc(&store, &alloc, &mut index, ClientStatus::Failed));
     });
     group.finish();
     // The same allocation write in the same cluster without jobs, for the ratio.
     let (bare, _, mut index) = cluster(1_000);
-    let alloc = bare
+    let alloc = first_alloc_of_job_000(&bare);
+    c.bench_function("jobs_1k_jobs_10k_allocs/alloc_write_without_jobs", |b| {
+        b.iter(|| flip_alloc(&bare, &alloc, &mut index, ClientStatus::Pending));
+    });
+}
+
+fn first_alloc_of_job_000(store: &StateStore) -> Arc<Allocation> {
+    store
         .snapshot()
         .view()
         .allocs_by_job("default", "job-000")
         .next()
-        .expect("an alloc of job-000");
-    c.bench_function("jobs_1k_jobs_10k_allocs/alloc_write_without_jobs", |b| {
-        b.iter(|| {
-            let mut a = (*alloc).clone();
-            a.client_status = if index.is_multiple_of(2) {
-                ClientStatus::Running
-            } else {
-                ClientStatus::Pending
-            };
-            bare.upsert_allocs(index, vec![a]).expect("alloc");
-            index += 1;
-        });
-    });
+        .expect("an alloc of job-000")
+}
+
+/// Writes `alloc` at `index` (then moves it on), running at even indexes and `other`
+/// at odd ones.
+fn flip_alloc(store: &StateStore, alloc: &Allocation, index: &mut u64, other: ClientStatus) {
+    let mut a = alloc.clone();
+    a.client_status = if index.is_multiple_of(2) {
+        ClientStatus::Running
+    } else {
+        other
+    };
+    store.upsert_allocs(*index, vec![a]).expect("alloc");
+    *index += 1;
 }
 
 criterion_group! {

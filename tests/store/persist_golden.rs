@@ -7,7 +7,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::support::persist::{apply_durable, copy_dir, fast, files, replay, snapshot_bytes};
+use crate::support::persist::{
+    apply_durable, copy_dir, fast, files, replay, snapshot_bytes, write_golden_files,
+};
 use crate::support::{TempDir, assert_invariants, canonical};
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiVolume,
@@ -387,42 +389,5 @@ fn regenerate_golden_files() {
         eprintln!("this build writes version {SNAPSHOT_VERSION}: tests/golden/v1 is kept as is");
         return;
     }
-    let cmds = golden_commands();
-    let work = TempDir::new("golden-gen");
-    let (db, _) = DurableStore::open(work.path(), fast()).unwrap();
-    for (index, cmd) in &cmds[..IN_SNAPSHOT] {
-        assert!(apply_durable(&db, *index, cmd), "{} refused", cmd.kind());
-    }
-    db.compact().unwrap();
-    for (index, cmd) in &cmds[IN_SNAPSHOT..] {
-        assert!(apply_durable(&db, *index, cmd), "{} refused", cmd.kind());
-    }
-    let state = canonical(db.store());
-    let snap = snapshot_bytes(db.store());
-    drop(db);
-    let mut data = files(work.path());
-    data.remove("LOCK");
-    assert_eq!(data.len(), 2, "{:?}", data.keys());
-
-    let mut wanted: Vec<(PathBuf, Vec<u8>)> = data
-        .into_iter()
-        .map(|(name, bytes)| (golden().join("data").join(name), bytes))
-        .collect();
-    wanted.push((golden().join("state.snap"), snap));
-    wanted.push((golden().join("expected.canonical"), state));
-    for (path, bytes) in &wanted {
-        match fs::read(path) {
-            Ok(existing) => assert!(
-                existing == *bytes,
-                "{} exists and differs from what this build writes: golden files are \
-                 never regenerated; a new format version gets a new folder",
-                path.display()
-            ),
-            Err(_) => {
-                fs::create_dir_all(path.parent().unwrap()).unwrap();
-                fs::write(path, bytes).unwrap();
-                eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
-            }
-        }
-    }
+    write_golden_files(&golden(), &golden_commands(), IN_SNAPSHOT);
 }

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::persist_golden::{alloc, golden_commands, node};
-use crate::support::persist::{apply_durable, copy_dir, fast, files, replay, snapshot_bytes};
+use crate::support::persist::{copy_dir, fast, replay, snapshot_bytes, write_golden_files};
 use crate::support::{TempDir, assert_invariants, canonical};
 use schedstate::model::{
     Allocation, ClientStatus, CsiPluginType, Job, JobStatus, JobType, Task, TaskCsiPlugin,
@@ -189,39 +189,5 @@ fn regenerate_golden_v2_files() {
         eprintln!("this build writes version {SNAPSHOT_VERSION}: tests/golden/v2 is kept as is");
         return;
     }
-    let cmds = golden_v2_commands();
-    let work = TempDir::new("golden-v2-gen");
-    let (db, _) = DurableStore::open(work.path(), fast()).unwrap();
-    for (index, cmd) in &cmds[..IN_SNAPSHOT] {
-        assert!(apply_durable(&db, *index, cmd), "{} refused", cmd.kind());
-    }
-    db.compact().unwrap();
-    for (index, cmd) in &cmds[IN_SNAPSHOT..] {
-        assert!(apply_durable(&db, *index, cmd), "{} refused", cmd.kind());
-    }
-    let state = canonical(db.store());
-    let snap = snapshot_bytes(db.store());
-    drop(db);
-    let mut data = files(work.path());
-    data.remove("LOCK");
-    let mut wanted: Vec<(PathBuf, Vec<u8>)> = data
-        .into_iter()
-        .map(|(name, bytes)| (golden().join("data").join(name), bytes))
-        .collect();
-    wanted.push((golden().join("state.snap"), snap));
-    wanted.push((golden().join("expected.canonical"), state));
-    for (path, bytes) in &wanted {
-        match fs::read(path) {
-            Ok(existing) => assert!(
-                existing == *bytes,
-                "{} exists and differs from what this build writes",
-                path.display()
-            ),
-            Err(_) => {
-                fs::create_dir_all(path.parent().unwrap()).unwrap();
-                fs::write(path, bytes).unwrap();
-                eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
-            }
-        }
-    }
+    write_golden_files(&golden(), &golden_v2_commands(), IN_SNAPSHOT);
 }

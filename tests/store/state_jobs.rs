@@ -100,6 +100,22 @@ fn upsert_jobs(store: &StateStore, index: u64, jobs: Vec<Job>) {
     ok(store, index, Command::UpsertJobs { jobs });
 }
 
+/// Job `csi` (one `ebs` controller, one node) at 10; node `n1` reporting its node
+/// instance (alloc `a1`) at 20; `a1` written running at 30.
+fn one_running_instance(store: &StateStore) {
+    upsert_jobs(store, 10, vec![plugin_job("csi", "ebs", 1, 1)]);
+    up(store, 20, node("n1").node(Fp::node("ebs", "a1")));
+    let a1 = alloc_of(
+        "a1",
+        "csi",
+        "nodes",
+        "n1",
+        DesiredStatus::Run,
+        ClientStatus::Running,
+    );
+    up_allocs(store, 30, vec![a1]);
+}
+
 #[test]
 fn registering_a_job_creates_its_plugins_and_sets_expected_apart_from_healthy() {
     let store = StateStore::new();
@@ -285,20 +301,7 @@ fn a_changed_plugin_id_moves_the_expectation_at_once() {
 fn a_dead_jobs_plugin_disappears_once_its_instances_go() {
     // Nomad #20555 / #25432: plugins of stopped jobs listed forever.
     let store = StateStore::new();
-    upsert_jobs(&store, 10, vec![plugin_job("csi", "ebs", 1, 1)]);
-    up(&store, 20, node("n1").node(Fp::node("ebs", "a1")));
-    up_allocs(
-        &store,
-        30,
-        vec![alloc_of(
-            "a1",
-            "csi",
-            "nodes",
-            "n1",
-            DesiredStatus::Run,
-            ClientStatus::Running,
-        )],
-    );
+    one_running_instance(&store);
     ok(
         &store,
         40,
@@ -361,20 +364,7 @@ fn a_dead_jobs_plugin_disappears_once_its_instances_go() {
 fn purging_after_a_rename_or_after_the_plugin_is_gone_succeeds() {
     // Nomad #7743 / #12114 / #7758.
     let store = StateStore::new();
-    upsert_jobs(&store, 10, vec![plugin_job("csi", "ebs", 1, 1)]);
-    up(&store, 20, node("n1").node(Fp::node("ebs", "a1")));
-    up_allocs(
-        &store,
-        30,
-        vec![alloc_of(
-            "a1",
-            "csi",
-            "nodes",
-            "n1",
-            DesiredStatus::Run,
-            ClientStatus::Running,
-        )],
-    );
+    one_running_instance(&store);
     // The groups are renamed; the old allocation names a group the job no longer has.
     let mut renamed = plugin_job("csi", "ebs", 1, 1);
     renamed.task_groups[1].name = id("node-plugins");

@@ -20,6 +20,60 @@ use schedstate::state::{Command, CsiVolumeClaimRequest, StateError, StateStore};
 use super::canonical;
 
 // ---------------------------------------------------------------------------------
+// Golden files
+
+/// Builds the golden files of `golden` (a `tests/golden/vN` folder) from `cmds`: a data
+/// directory whose snapshot holds the first `in_snapshot` commands and whose log holds
+/// the rest (`data/`), a standalone snapshot of the end state (`state.snap`) and its
+/// canonical bytes (`expected.canonical`). A file that is missing is written; one that
+/// exists must equal what this build writes and is never overwritten: committed golden
+/// files are never regenerated (a new format version gets a new folder).
+pub fn write_golden_files(golden: &Path, cmds: &[(u64, Command)], in_snapshot: usize) {
+    let work = super::TempDir::new("golden-gen");
+    let (db, _) = DurableStore::open(work.path(), fast()).unwrap();
+    for (index, cmd) in &cmds[..in_snapshot] {
+        assert!(apply_durable(&db, *index, cmd), "{} refused", cmd.kind());
+    }
+    db.compact().unwrap();
+    for (index, cmd) in &cmds[in_snapshot..] {
+        assert!(apply_durable(&db, *index, cmd), "{} refused", cmd.kind());
+    }
+    let state = canonical(db.store());
+    let snap = snapshot_bytes(db.store());
+    drop(db);
+    let mut data = files(work.path());
+    data.remove("LOCK");
+    assert_eq!(
+        data.len(),
+        2,
+        "one snapshot, one segment: {:?}",
+        data.keys()
+    );
+
+    let mut wanted: Vec<(PathBuf, Vec<u8>)> = data
+        .into_iter()
+        .map(|(name, bytes)| (golden.join("data").join(name), bytes))
+        .collect();
+    wanted.push((golden.join("state.snap"), snap));
+    wanted.push((golden.join("expected.canonical"), state));
+    for (path, bytes) in &wanted {
+        match fs::read(path) {
+            Ok(existing) => assert!(
+                existing == *bytes,
+                "{} exists and differs from what this build writes: golden files are \
+                 never regenerated; a new format version gets a new folder",
+                path.display()
+            ),
+            Err(_) => {
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                fs::write(path, bytes).unwrap();
+                eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // Files of a data directory
 
 /// The regular files of `dir`, by name, with their bytes.

@@ -125,16 +125,7 @@ async fn golden_v1_directory_opens_to_the_same_state() {
     }
 
     // The whole server: snapshot restored, the log replayed on top, same state.
-    let router = Router::new();
-    let server = Server::open(1, work.path(), options(), router.network(1))
-        .await
-        .unwrap();
-    router.add(server.clone());
-    server.wait_for_leader(DEADLINE).await.unwrap();
-    server
-        .wait_applied(15, Duration::from_secs(60))
-        .await
-        .unwrap();
+    let server = open_applied(work.path(), 15).await;
     let snap = server.read_stale();
     snap.view().check_invariants().unwrap();
     assert_eq!(snap.canonical_bytes().unwrap(), expected);
@@ -162,18 +153,24 @@ async fn golden_v1_directory_opens_to_the_same_state() {
         &newest[8..12],
         &schedstate_raft::RAFT_LOG_VERSION.to_le_bytes()
     );
+    let server = open_applied(work.path(), committed.index).await;
+    let snap = server.read_stale();
+    assert!(snap.view().job("default", "upgrade-check").is_some());
+    snap.view().check_invariants().unwrap();
+    server.shutdown().await;
+}
+
+/// Server 1 on `dir`, alone, once it leads and has applied `index`.
+async fn open_applied(dir: &Path, index: u64) -> Server {
     let router = Router::new();
-    let server = Server::open(1, work.path(), options(), router.network(1))
+    let server = Server::open(1, dir, options(), router.network(1))
         .await
         .unwrap();
     router.add(server.clone());
     server.wait_for_leader(DEADLINE).await.unwrap();
     server
-        .wait_applied(committed.index, Duration::from_secs(60))
+        .wait_applied(index, Duration::from_secs(60))
         .await
         .unwrap();
-    let snap = server.read_stale();
-    assert!(snap.view().job("default", "upgrade-check").is_some());
-    snap.view().check_invariants().unwrap();
-    server.shutdown().await;
+    server
 }
