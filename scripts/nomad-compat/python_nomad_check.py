@@ -8,7 +8,9 @@ Run by crates/cli/tests/cli/nomad_compat.rs (see scripts/nomad-compat/README.md)
         python3 python_nomad_check.py
 
 EXPECTED is a JSON file the test writes: the nodes, allocations, plugins and volumes
-it put in, the leader's address, the peers. Exit status 0 when every check passed;
+it put in, the leader's address, the peers. Jobs are registered, read, stopped and
+purged here, through python-nomad's own calls, against the first plugin (which no job
+runs before). Exit status 0 when every check passed;
 otherwise each failure is printed and the status is 1.
 """
 
@@ -177,6 +179,84 @@ def main():
         for field in ("Namespace", "PluginID", "Provider", "AccessMode", "AttachmentMode", "Schedulable"):
             check(f"volume {v['ID']} {field}", full[field], w[field])
         check(f"volume {v['ID']} readers", sorted(full["ReadAllocs"]), sorted(w["ReadAllocs"]))
+
+    # Jobs through python-nomad's own calls: registered, read back, the plugins'
+    # expected counts following them (nothing expected before), stopped, purged.
+    jobs_before = n.jobs.get_jobs()
+    check("no jobs yet", jobs_before, [])
+    plugin_id = sorted(want_plugins)[0]
+
+    def plugin_counts():
+        p = raw.get("plugin", "csi", plugin_id).json()
+        return (p["ControllersExpected"], p["NodesExpected"])
+
+    def plugin_job(job_id, count, kind):
+        return {"Job": {
+            "ID": job_id, "Name": job_id, "Type": "service", "Datacenters": ["dc1"],
+            "TaskGroups": [{"Name": kind, "Count": count, "Tasks": [{
+                "Name": "plugin", "Driver": "docker",
+                "Config": {"image": "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.25.0"},
+                "CSIPluginConfig": {"ID": plugin_id, "Type": kind, "MountDir": "/csi"},
+            }]}],
+        }}
+
+    check("expected before any job", plugin_counts(), (0, 0))
+    nodes_job = f"{plugin_id}-nodes"
+    ctrl_job = f"{plugin_id}-controller"
+    registered = n.jobs.register_job(plugin_job(nodes_job, 4, "node"))
+    check("register answers an index", registered["Index"] > 0, True)
+    check("register answers no evaluation", registered["EvalID"], "")
+    check("register's JobModifyIndex", registered["JobModifyIndex"], registered["Index"])
+    n.job.register_job(ctrl_job, plugin_job(ctrl_job, 2, "controller"))
+    listed = n.jobs.get_jobs()
+    check("job ids", [j["ID"] for j in listed], sorted([ctrl_job, nodes_job]))
+    for j in listed:
+        check(f"job {j['ID']} Type", j["Type"], "service")
+        check(f"job {j['ID']} Status", j["Status"], "pending")
+        check(f"job {j['ID']} Stop", j["Stop"], False)
+    check("jobs by prefix", [j["ID"] for j in n.jobs.get_jobs(prefix=nodes_job)], [nodes_job])
+    check("job in jobs", nodes_job in n.jobs, True)
+    check("job in job", nodes_job in n.job, True)
+    check("missing job in job", "no-such-job" in n.job, False)
+    job = n.job.get_job(nodes_job)
+    check("job Namespace", job["Namespace"], "default")
+    check("job Version", job["Version"], 0)
+    check("job Count", job["TaskGroups"][0]["Count"], 4)
+    check("job CSIPluginConfig", job["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"],
+          {"ID": plugin_id, "Type": "node"})
+    check("job allocations", n.job.get_allocations(nodes_job), [])
+    check("expected follows the jobs", plugin_counts(), (2, 4))
+    plugin = raw.get("plugin", "csi", plugin_id).json()
+    check("NodeJobs", plugin["NodeJobs"]["default"][nodes_job]["Expected"], 4)
+    check("ControllerJobs", plugin["ControllerJobs"]["default"][ctrl_job]["Expected"], 2)
+    # An update: a new version, a new expectation.
+    n.job.register_job(nodes_job, plugin_job(nodes_job, 3, "node"))
+    check("updated Version", n.job.get_job(nodes_job)["Version"], 1)
+    check("expected after the update", plugin_counts(), (2, 3))
+    # A bad job: a 400, nothing registered.
+    try:
+        n.jobs.register_job(plugin_job("bad", -1, "node"))
+        FAILURES.append("a negative count was accepted")
+    except nomad.api.exceptions.BaseNomadException as e:
+        check("a negative count is a 400", e.nomad_resp.status_code, 400)
+    check("the bad job is not there", "bad" in n.job, False)
+    # Stopped: dead, kept, expecting nothing; purged: gone.
+    stopped = n.job.deregister_job(nodes_job)
+    check("deregister answers an index", stopped["Index"] > registered["Index"], True)
+    job = n.job.get_job(nodes_job)
+    check("stopped Status", job["Status"], "dead")
+    check("stopped Stop", job["Stop"], True)
+    check("expected after the stop", plugin_counts(), (2, 0))
+    n.job.deregister_job(nodes_job, purge=True)
+    check("purged job in job", nodes_job in n.job, False)
+    n.job.deregister_job(ctrl_job, purge=True)
+    check("no jobs left", n.jobs.get_jobs(), [])
+    check("expected after the purges", plugin_counts(), (0, 0))
+    try:
+        n.job.deregister_job("no-such-job", purge=True)
+        FAILURES.append("purging an unknown job was accepted")
+    except nomad.api.exceptions.URLNotFoundNomadException as e:
+        check("purging an unknown job is a 404", e.nomad_resp.status_code, 404)
 
     # A blocking query returns on the write that changes what it read, with its index.
     node_id = first

@@ -4,15 +4,18 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use schedstate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use schedstate::model::{AllocListStub, Allocation, CsiPlugin, CsiVolume, Job, Node};
 use schedstate::state::Command;
 use serde::de::DeserializeOwned;
 
-use crate::api::nomad::{NomadAllocation, NomadCsiPlugin, NomadCsiVolume, NomadNode, ShapeError};
+use crate::api::nomad::{
+    NomadAllocListStub, NomadAllocation, NomadCsiPlugin, NomadCsiVolume, NomadJob, NomadNode,
+    ShapeError,
+};
 use crate::api::{
     AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, AgentSelf, ErrorBody,
-    INDEX_HEADER, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration, TOKEN_HEADER,
-    WriteResponse,
+    INDEX_HEADER, JobWriteResponse, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration,
+    TOKEN_HEADER, WriteResponse,
 };
 
 /// Why a request to an agent failed.
@@ -568,6 +571,123 @@ impl Client {
         let path = format!("/v1/volume/csi/{}", path_segment(id));
         self.get_as::<NomadCsiVolume, CsiVolume>(&path, &[("namespace", namespace)], opts)
             .await
+    }
+
+    /// `GET /v1/jobs?namespace=` (every namespace when `None`; whole jobs: `?full`),
+    /// in (namespace, id) order.
+    pub async fn jobs(
+        &self,
+        namespace: Option<&str>,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Vec<Job>>, ClientError> {
+        let ns = namespace.unwrap_or("*");
+        self.list_as::<NomadJob, Job>("/v1/jobs", &[("namespace", ns)], opts)
+            .await
+    }
+
+    /// `GET /v1/job/<id>?namespace=`: answers with the job's modify index, so a
+    /// blocking read with it wakes on a write of this job only.
+    pub async fn job(
+        &self,
+        namespace: &str,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<Job>>, ClientError> {
+        let path = format!("/v1/job/{}", path_segment(id));
+        self.get_as::<NomadJob, Job>(&path, &[("namespace", namespace)], opts)
+            .await
+    }
+
+    /// `GET /v1/job/<id>/allocations?namespace=`: the job's allocations as stubs
+    /// (`None` when neither the job nor an allocation of it exists).
+    pub async fn job_allocations(
+        &self,
+        namespace: &str,
+        id: &str,
+        opts: ReadOptions,
+    ) -> Result<Indexed<Option<Vec<AllocListStub>>>, ClientError> {
+        let path = format!("/v1/job/{}/allocations", path_segment(id));
+        let r = self
+            .get::<Vec<NomadAllocListStub>>(&path, &[("namespace", namespace)], opts)
+            .await?;
+        let value = r
+            .value
+            .map(|list| {
+                list.into_iter()
+                    .map(|a| {
+                        Allocation::try_from(a)
+                            .map(|a| AllocListStub::new(std::sync::Arc::new(a)))
+                            .map_err(|e| self.shape_error(&path, &e))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(Indexed {
+            value,
+            index: r.index,
+        })
+    }
+
+    /// `POST /v1/jobs` with Nomad's `{"Job": …}`: registers `job`, or updates its
+    /// definition (type and groups; status, version and indexes are the store's to
+    /// set, and a dead job registered again runs again).
+    ///
+    /// # Errors
+    /// 400 for a job the input rules refuse (a duplicate group, an empty plugin id).
+    pub async fn register_job(&self, job: &Job) -> Result<JobWriteResponse, ClientError> {
+        let mut shape = NomadJob::from(job);
+        shape.stop = false;
+        let body = serde_json::to_vec(&serde_json::json!({ "Job": shape })).map_err(|e| {
+            ClientError::Decode {
+                url: self.base.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        self.post_json("/v1/jobs", body, None).await
+    }
+
+    /// `DELETE /v1/job/<id>?namespace=`: stops the job (status dead, the row kept;
+    /// it expects no plugin instance any more).
+    ///
+    /// # Errors
+    /// 404 `JobNotFound` for an unknown job.
+    pub async fn stop_job(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<JobWriteResponse, ClientError> {
+        self.delete_job(namespace, id, false).await
+    }
+
+    /// `DELETE /v1/job/<id>?namespace=&purge=true`: deletes the job (its allocations
+    /// stay until collected).
+    ///
+    /// # Errors
+    /// 404 `JobNotFound` for an unknown job.
+    pub async fn purge_job(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> Result<JobWriteResponse, ClientError> {
+        self.delete_job(namespace, id, true).await
+    }
+
+    async fn delete_job(
+        &self,
+        namespace: &str,
+        id: &str,
+        purge: bool,
+    ) -> Result<JobWriteResponse, ClientError> {
+        let path = format!("/v1/job/{}", path_segment(id));
+        let req = self.request(reqwest::Method::DELETE, &path).query(&[
+            ("namespace", namespace),
+            ("purge", if purge { "true" } else { "false" }),
+        ]);
+        let (resp, url) = self.send(req).await?;
+        if resp.status() != StatusCode::OK {
+            return Err(Self::error(resp, url).await);
+        }
+        Self::body(resp, &url).await
     }
 
     /// `POST /v1/commands`: proposes `command`, answers its index once it committed

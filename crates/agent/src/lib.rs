@@ -19,10 +19,12 @@
 //!
 //! - [`Agent`] runs one server: [`Agent::start`] with an [`AgentConfig`], then
 //!   [`Agent::shutdown`]. `schedstate agent` (the CLI) is this plus signals and logs.
-//! - The API (paths after Nomad's): reads of nodes, allocations, plugins and volumes,
-//!   all blocking queries (`?index=&wait=`) answered with `X-Schedstate-Index` (and
+//! - The API (paths after Nomad's): reads of nodes, allocations, plugins, volumes and
+//!   jobs, all blocking queries (`?index=&wait=`) answered with `X-Schedstate-Index` (and
 //!   `X-Nomad-Index`); consistent unless `?stale`. `POST /v1/commands` takes one
-//!   [`Command`](schedstate::state::Command) as JSON. `GET /v1/event/stream` streams
+//!   [`Command`](schedstate::state::Command) as JSON; Nomad's own writes (node
+//!   eligibility and drain, allocation stop, volume register/deregister, job
+//!   register/stop/purge) take Nomad's bodies. `GET /v1/event/stream` streams
 //!   committed writes as JSON lines. Status, Raft configuration, peers, snapshot and
 //!   Prometheus metrics under `/v1/status`, `/v1/operator`, `/v1/metrics`; ACL tokens
 //!   under `/v1/acl`. Every route but leader status, health and the one-time bootstrap

@@ -1,13 +1,14 @@
 //! What the demo cluster is made of: the CSI plugins with their real providers and
-//! versions, where their instances run, how their volumes look, node names, and a
-//! small deterministic random source for ids.
+//! versions, where their instances run, the jobs that run them, how their volumes
+//! look, node names, and a small deterministic random source for ids.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use schedstate::model::{
-    CsiControllerInfo, CsiInfo, CsiMountOptions, CsiNodeInfo, CsiTopology, CsiVolume,
-    CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability, Id,
+    CsiControllerInfo, CsiInfo, CsiMountOptions, CsiNodeInfo, CsiPluginType, CsiTopology,
+    CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability, Id, Job, JobType,
+    Task, TaskCsiPlugin, TaskGroup,
 };
 
 /// The namespace of plugin jobs and most volumes.
@@ -147,6 +148,58 @@ pub fn runs(p: usize, kind: Kind, i: usize) -> bool {
 /// The plugin job running `kind` instances of plugin `p`.
 pub fn job_id(p: usize, kind: Kind) -> String {
     format!("{}-{}", PLUGINS[p].job, kind.group())
+}
+
+/// The plugin whose node job asks for more instances than run: its service job
+/// counts every node it runs on plus [`PENDING_NODE_ALLOCS`], whose allocations are
+/// placed but never start (an image that cannot be pulled), so `plugin status` shows
+/// fewer healthy node instances than expected.
+pub const PENDING_PLUGIN: usize = 0;
+/// How many allocations of [`PENDING_PLUGIN`]'s node job stay pending.
+pub const PENDING_NODE_ALLOCS: usize = 2;
+
+/// The nodes the pending allocations are placed on: the first nodes that do not run
+/// [`PENDING_PLUGIN`]'s node instances (always there: a cluster has four nodes or more).
+pub fn pending_hosts(nodes: usize) -> Vec<usize> {
+    (0..nodes)
+        .filter(|&i| !runs(PENDING_PLUGIN, Kind::Node, i))
+        .take(PENDING_NODE_ALLOCS)
+        .collect()
+}
+
+/// The job running `kind` instances of plugin `p` in a cluster of `nodes` nodes, if
+/// the plugin has that kind: controllers are a service job counting the controllers
+/// placed; node instances a system job (one per eligible node), except
+/// [`PENDING_PLUGIN`]'s, a service job counting more than run (see there).
+pub fn plugin_job(p: usize, kind: Kind, nodes: usize) -> Option<Job> {
+    let spec = &PLUGINS[p];
+    if kind == Kind::Controller && !spec.controller {
+        return None;
+    }
+    let placed = (0..nodes).filter(|&i| runs(p, kind, i)).count();
+    let (job_type, count, plugin_type) = match kind {
+        Kind::Controller => (JobType::Service, placed, CsiPluginType::Controller),
+        Kind::Node if p == PENDING_PLUGIN => (
+            JobType::Service,
+            placed + PENDING_NODE_ALLOCS,
+            CsiPluginType::Node,
+        ),
+        Kind::Node => (JobType::System, 1, CsiPluginType::Node),
+    };
+    let mut job = Job::new(NAMESPACE, job_id(p, kind).as_str());
+    job.job_type = job_type;
+    job.task_groups = vec![TaskGroup {
+        name: kind.group().into(),
+        count: u32::try_from(count).unwrap_or(u32::MAX),
+        tasks: vec![Task {
+            name: "plugin".into(),
+            csi_plugin: Some(TaskCsiPlugin {
+                id: Id::from(spec.id),
+                plugin_type,
+            }),
+        }],
+    }];
+    Some(job)
 }
 
 /// The id of node `i`.
@@ -342,6 +395,28 @@ mod tests {
                 assert!(!runs(p, Kind::Controller, i) || runs(p, Kind::Node, i));
             }
         }
+    }
+
+    #[test]
+    fn plugin_jobs_expect_what_runs_and_the_pending_plugin_more() {
+        for (p, spec) in PLUGINS.iter().enumerate() {
+            let ctrl = plugin_job(p, Kind::Controller, 12);
+            assert_eq!(ctrl.is_some(), spec.controller, "{}", spec.id);
+            if let Some(j) = ctrl {
+                let placed = (0..12).filter(|&i| runs(p, Kind::Controller, i)).count();
+                assert_eq!(j.task_groups[0].count as usize, placed);
+                assert_eq!(j.job_type, JobType::Service);
+            }
+            let nodes = plugin_job(p, Kind::Node, 12).expect("every plugin runs nodes");
+            assert_eq!(&*nodes.id, job_id(p, Kind::Node));
+            assert_eq!(nodes.job_type.per_node(), p != PENDING_PLUGIN);
+        }
+        let ebs = plugin_job(PENDING_PLUGIN, Kind::Node, 12).unwrap();
+        assert_eq!(ebs.task_groups[0].count, 6 + 2);
+        let hosts = pending_hosts(12);
+        assert_eq!(hosts.len(), PENDING_NODE_ALLOCS);
+        assert!(hosts.iter().all(|&i| !runs(PENDING_PLUGIN, Kind::Node, i)));
+        assert_eq!(pending_hosts(4).len(), PENDING_NODE_ALLOCS);
     }
 
     #[test]

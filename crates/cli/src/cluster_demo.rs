@@ -316,7 +316,10 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
     let token = dir.join("management.token");
     let ca = agents.ca_cert();
     text.push_str(&format!(
-        "  {run} plugin status --address {} --ca-cert {} --token-file {}\n  curl --cacert {} -H \"X-Nomad-Token: $(cat {})\" '{}/v1/plugins?pretty'\n",
+        "  {run} plugin status --address {} --ca-cert {} --token-file {}\n  {run} job status --address {} --ca-cert {} --token-file {}\n  curl --cacert {} -H \"X-Nomad-Token: $(cat {})\" '{}/v1/plugins?pretty'\n",
+        addresses[0],
+        ca.display(),
+        token.display(),
         addresses[0],
         ca.display(),
         token.display(),

@@ -17,7 +17,7 @@ use schedstate::persist::{
 };
 
 use crate::DataDir;
-use crate::catalog::{PLUGINS, WATCHED_PLUGIN};
+use crate::catalog::{Kind, PENDING_PLUGIN, PLUGINS, WATCHED_PLUGIN, job_id};
 use crate::output::{CliError, bytes, err, thousands};
 use crate::sim::Cluster;
 use crate::status::plugin_table;
@@ -339,9 +339,11 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let d = dir.display();
     text.push_str(&format!(
         "\nLook inside (works while a demo runs):\n  {run} plugin status --data {d}\n  \
-         {run} plugin status {} --data {d}\n  {run} volume status --data {d}\n  \
+         {run} plugin status {} --data {d}\n  {run} job status --data {d}\n  \
+         {run} job status {} --data {d}\n  {run} volume status --data {d}\n  \
          {run} node status --data {d}\n  {run} inspect --verify --data {d}\n",
-        PLUGINS[WATCHED_PLUGIN].id
+        PLUGINS[WATCHED_PLUGIN].id,
+        job_id(PENDING_PLUGIN, Kind::Node)
     ));
     crate::output::emit(&text)
 }

@@ -1,6 +1,6 @@
 //! `schedstate`: a simulated cluster on a durable store (`demo`), and tools to look
 //! inside a data directory (`plugin status`, `volume status`, `node status`,
-//! `inspect`, `snapshot save` / `snapshot restore`), and `repair` for one that no
+//! `job status`, `inspect`, `snapshot save` / `snapshot restore`), and `repair` for one that no
 //! longer opens.
 //!
 //! Read commands load the directory with `DurableStore::open_read_only`: they take no
@@ -18,6 +18,7 @@ mod cluster_demo;
 mod connect;
 mod demo;
 mod inspect;
+mod job_status;
 mod operator_cmd;
 mod output;
 mod repair_cmd;
@@ -71,6 +72,12 @@ enum Top {
     Node {
         #[command(subcommand)]
         command: NodeCmd,
+    },
+    /// Jobs and the CSI plugins they run: a table of all, or one job's groups, what it
+    /// expects of each plugin, and its allocations.
+    Job {
+        #[command(subcommand)]
+        command: JobCmd,
     },
     /// Run one server of a replicated cluster: the HTTP API (blocking queries, event
     /// stream) and Raft on one port, until SIGINT or SIGTERM.
@@ -127,6 +134,13 @@ enum NodeCmd {
     Status(status::NodeArgs),
 }
 
+#[derive(Debug, Subcommand)]
+enum JobCmd {
+    /// Without ID, every job; with ID (or a unique prefix), its groups, plugins and
+    /// allocations.
+    Status(job_status::JobArgs),
+}
+
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Top::Demo(args) => demo::run(&args),
@@ -139,6 +153,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Top::Node {
             command: NodeCmd::Status(args),
         } => status::node(&args),
+        Top::Job {
+            command: JobCmd::Status(args),
+        } => job_status::job(&args),
         Top::Agent(args) => agent_cmd::run(args),
         Top::Keygen(args) => agent_cmd::keygen(&args),
         Top::Operator { command } => operator_cmd::run(command),

@@ -1,4 +1,4 @@
-//! Where `plugin status`, `volume status` and `node status` read from: a data
+//! Where `plugin status`, `volume status`, `node status` and `job status` read from: a data
 //! directory (`--data`, loaded read-only as one snapshot) or a running agent over its
 //! HTTP API (`--address`, with `--token-file` or `SCHEDSTATE_TOKEN`). Both answer in the API's shapes, so the
 //! commands render the same output from either.
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
-use schedstate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use schedstate::model::{AllocListStub, Allocation, CsiPlugin, CsiVolume, Job, Node};
 use schedstate::state::{StateSnapshot, StateView};
 use schedstate_agent::api::PluginListStub;
 use schedstate_agent::{Client, ClientError, ReadOptions};
@@ -258,6 +258,42 @@ impl Source {
                 c.allocation(id, ReadOptions::default()).await
             })
             .map(|r| r.value),
+        }
+    }
+
+    /// The jobs of one namespace (of every namespace when `None`), in (namespace, id)
+    /// order.
+    pub fn jobs(&self, namespace: Option<&str>) -> Result<Vec<Job>, CliError> {
+        match self {
+            Source::Local(snap) => {
+                let v = snap.view();
+                let jobs: Vec<_> = match namespace {
+                    Some(ns) => v.jobs_in_namespace(ns).collect(),
+                    None => v.jobs().collect(),
+                };
+                Ok(jobs.into_iter().map(|j| (*j).clone()).collect())
+            }
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.jobs(namespace, ReadOptions::default()).await
+            })
+            .map(|r| r.value),
+        }
+    }
+
+    /// The allocations of a job, in alloc id order, as stubs (none for an unknown
+    /// job).
+    pub fn allocs_by_job(&self, namespace: &str, id: &str) -> Result<Vec<AllocListStub>, CliError> {
+        match self {
+            Source::Local(snap) => Ok(snap
+                .view()
+                .allocs_by_job(namespace, id)
+                .map(AllocListStub::new)
+                .collect()),
+            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
+                c.job_allocations(namespace, id, ReadOptions::default())
+                    .await
+            })
+            .map(|r| r.value.unwrap_or_default()),
         }
     }
 

@@ -126,9 +126,35 @@ pub fn plugin(args: &PluginArgs) -> Result<(), CliError> {
         out.push_str("\nUnhealthy Instances\n");
         out.push_str(&render(&t));
     }
+    out.push_str("\nJobs\n");
+    out.push_str(&plugin_jobs_table(&p));
     out.push_str("\nAllocations\n");
     out.push_str(&alloc_stub_table(&p.allocations));
     emit(&out)
+}
+
+/// The live jobs that expect instances of the plugin, and how many each expects:
+/// the plugin's expected counts are these sums.
+fn plugin_jobs_table(p: &CsiPlugin) -> String {
+    if p.jobs.is_empty() {
+        return "No jobs expect instances\n".to_string();
+    }
+    let mut t = table([
+        "Job ID",
+        "Namespace",
+        "Controllers Expected",
+        "Nodes Expected",
+    ]);
+    for j in &p.jobs {
+        t.add_row(vec![
+            j.job_id.to_string(),
+            j.namespace.to_string(),
+            j.expected.controllers.to_string(),
+            j.expected.nodes.to_string(),
+        ]);
+    }
+    align_right(&mut t, &[2, 3]);
+    render(&t)
 }
 
 fn alloc_stub_table(allocs: &[AllocListStub]) -> String {

@@ -58,11 +58,11 @@ pub struct PluginListStub {
     pub controller_required: bool,
     /// Healthy controller instances.
     pub controllers_healthy: usize,
-    /// Controller instances fingerprinted.
+    /// Controller instances the live jobs that run the plugin expect (their sum).
     pub controllers_expected: usize,
     /// Healthy node instances.
     pub nodes_healthy: usize,
-    /// Node instances fingerprinted.
+    /// Node instances the live jobs that run the plugin expect (their sum).
     pub nodes_expected: usize,
 }
 
@@ -88,6 +88,23 @@ impl PluginListStub {
 #[serde(deny_unknown_fields)]
 pub struct WriteResponse {
     /// The Raft log index of the command's entry (its rows' modify index).
+    pub index: u64,
+}
+
+/// The answer to a job write (`POST /v1/jobs`, `DELETE /v1/job/<id>`): Nomad's
+/// `JobRegisterResponse` / `JobDeregisterResponse`, without an evaluation (the store
+/// schedules nothing: `EvalID` is empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobWriteResponse {
+    /// Always empty.
+    #[serde(rename = "EvalID", default)]
+    pub eval_id: String,
+    /// The job's `JobModifyIndex` after a registration (unchanged when the same
+    /// definition was registered again); the write's index after a stop or purge.
+    #[serde(rename = "JobModifyIndex", default)]
+    pub job_modify_index: u64,
+    /// The Raft log index of the write.
+    #[serde(rename = "Index")]
     pub index: u64,
 }
 

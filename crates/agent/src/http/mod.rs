@@ -10,6 +10,9 @@
 //! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
 //! | `body.rs` | reading a body: content type, claimed and real size, budget, timeout |
 //! | `reads.rs` | `GET` of nodes, allocations, plugins, volumes — all blocking queries |
+//! | `jobs.rs` | jobs: `GET` (blocking), register, stop and purge in Nomad's shapes |
+//! | `node_writes.rs`, `volume_writes.rs` | the node, allocation and volume writes Nomad's clients make |
+//! | `listing.rs` | Nomad's list parameters: prefix, filter, reverse, pages |
 //! | `writes.rs` | `POST /v1/commands` |
 //! | `stream.rs` | `GET /v1/event/stream` |
 //! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self` |
@@ -22,6 +25,7 @@ mod auth;
 mod body;
 mod consistency;
 mod error;
+mod jobs;
 mod listing;
 mod node_writes;
 mod operator;
@@ -129,6 +133,9 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/plugin/csi/{id}", get(reads::plugin))
         .route("/v1/volumes", get(reads::volumes))
         .route("/v1/volume/csi/{id}", get(reads::volume))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/job/{id}", get(jobs::read))
+        .route("/v1/job/{id}/allocations", get(jobs::allocations))
         .route_layer(consistent())
         .route("/v1/event/stream", get(stream::events))
         .route_layer(need(Need::Scope(AclScope::Read)));
@@ -143,6 +150,11 @@ pub(crate) fn router(st: AppState) -> Router {
         .route(
             "/v1/volume/csi/{id}",
             put(volume_writes::register).delete(volume_writes::deregister),
+        )
+        .route("/v1/jobs", post(jobs::register).put(jobs::register))
+        .route(
+            "/v1/job/{id}",
+            post(jobs::register_at).delete(jobs::deregister),
         )
         .route_layer(need(Need::Scope(AclScope::Write)));
     let operator = Router::new()

@@ -44,8 +44,10 @@ pub struct Params {
     pub format: Option<String>,
     /// `topic=` (may repeat).
     pub topics: Vec<String>,
-    /// `force` on a deregistration.
+    /// `force` on a volume deregistration.
     pub force: bool,
+    /// `purge` on a job deregistration: delete the row, not only stop the job.
+    pub purge: bool,
     /// `enable` on a node drain (the form without a body).
     pub enable: Option<bool>,
 }
@@ -109,7 +111,8 @@ pub fn parse(raw: Option<&str>) -> Result<Params, ApiError> {
             "pretty" => p.pretty = flag(&key, &value)?,
             "reverse" => p.reverse = flag(&key, &value)?,
             "full" => p.full = flag(&key, &value)?,
-            "force" | "purge" => p.force = flag(&key, &value)?,
+            "force" => p.force = flag(&key, &value)?,
+            "purge" => p.purge = flag(&key, &value)?,
             "enable" => p.enable = Some(flag(&key, &value)?),
             "namespace" => p.namespace = Some(value.into_owned()),
             "region" => p.region = Some(value.into_owned()),

@@ -1,4 +1,4 @@
-//! The reads, in Nomad's shapes (`api::nomad`): each one a blocking query over the
+//! The reads, in Nomad's shapes (`api::nomad`; jobs are in `jobs.rs`): each one a blocking query over the
 //! store on this server (the guard in front already made it consistent, or it asked
 //! for `?stale`). A read of one node or allocation answers with its modify index; any
 //! other with the largest table index of the tables it read; each waits on exactly the
@@ -65,7 +65,7 @@ type Found<T> = (u64, Option<T>, Option<String>);
 
 /// Runs `read` as a blocking query with the request's `index` and `wait`; `None`
 /// from it is a 404 of `missing`.
-async fn blocking<T: Serialize>(
+pub(super) async fn blocking<T: Serialize>(
     st: &Service,
     p: &Params,
     missing: impl Fn() -> ApiError,
@@ -119,7 +119,7 @@ async fn blocking<T: Serialize>(
     }
 }
 
-fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
+pub(super) fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
     tables.iter().map(|t| v.table_index(*t)).max().unwrap_or(0)
 }
 
@@ -127,14 +127,14 @@ fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
 /// parameter, which its client and CLI use).
 #[derive(Serialize)]
 #[serde(untagged)]
-enum Item<S, F> {
+pub(super) enum Item<S, F> {
     Stub(S),
     Full(F),
 }
 
 /// The namespaces a list covers: `None` for every one (`*`), else the one asked
 /// (`default` when none is).
-fn namespace_of(p: &Params) -> Option<String> {
+pub(super) fn namespace_of(p: &Params) -> Option<String> {
     match p.namespace.as_deref() {
         Some("*") => None,
         Some(ns) if !ns.is_empty() => Some(ns.to_string()),
@@ -166,7 +166,7 @@ pub(crate) async fn nodes(State(st): State<AppState>, Checked(p): Checked) -> Re
     .await
 }
 
-fn unreachable_missing() -> ApiError {
+pub(super) fn unreachable_missing() -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Internal",

@@ -52,6 +52,7 @@ struct Route {
 
 fn routes() -> Vec<Route> {
     let command = serde_json::to_vec(&upsert("n9", "ebs")).unwrap();
+    let job = br#"{"Job":{"ID":"j9","TaskGroups":[{"Name":"g","Count":2,"Tasks":[{"Name":"t","CSIPluginConfig":{"ID":"ebs","Type":"node"}}]}]}}"#.to_vec();
     let r = |method, path, needs| Route {
         method,
         path,
@@ -97,6 +98,28 @@ fn routes() -> Vec<Route> {
             needs: AclScope::Write,
         },
         r("DELETE", "/v1/volume/csi/v9", AclScope::Write),
+        r("GET", "/v1/jobs", AclScope::Read),
+        r("GET", "/v1/job/j1?namespace=default", AclScope::Read),
+        r("GET", "/v1/job/j1/allocations", AclScope::Read),
+        Route {
+            method: "POST",
+            path: "/v1/jobs",
+            body: Some(job.clone()),
+            needs: AclScope::Write,
+        },
+        Route {
+            method: "PUT",
+            path: "/v1/jobs",
+            body: Some(job.clone()),
+            needs: AclScope::Write,
+        },
+        Route {
+            method: "POST",
+            path: "/v1/job/j9",
+            body: Some(job),
+            needs: AclScope::Write,
+        },
+        r("DELETE", "/v1/job/j9?purge=true", AclScope::Write),
         r("POST", "/v1/allocation/a1/stop", AclScope::Write),
         r("GET", "/v1/allocations", AclScope::Read),
         r("GET", "/v1/operator/snapshot", AclScope::Operator),

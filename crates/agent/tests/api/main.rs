@@ -4,6 +4,7 @@
 mod acl;
 mod health;
 mod hostile;
+mod jobs;
 mod nomad;
 mod peers;
 mod support;
@@ -84,9 +85,11 @@ async fn reads_writes_and_not_found() {
     assert_eq!(plugins.len(), 1);
     assert_eq!(plugins[0].id, "ebs");
     assert_eq!(plugins[0].provider, "ebs.csi.aws.com");
+    // Expected counts come from the jobs that run the plugin, and none does here:
+    // one healthy instance, none expected.
     assert_eq!(
         (plugins[0].nodes_healthy, plugins[0].nodes_expected),
-        (1, 1)
+        (1, 0)
     );
     let p = c.plugin("ebs", ReadOptions::default()).await.unwrap();
     assert_eq!(p.value.expect("found").version, "1.25.0");
@@ -113,6 +116,8 @@ async fn reads_writes_and_not_found() {
         ("/v1/allocation/ghost", "AllocationNotFound"),
         ("/v1/plugin/csi/ghost", "PluginNotFound"),
         ("/v1/volume/csi/ghost", "VolumeNotFound"),
+        ("/v1/job/ghost", "JobNotFound"),
+        ("/v1/job/ghost/allocations", "JobNotFound"),
         ("/v1/no/such/thing", "NoSuchPath"),
     ] {
         let resp = http.get(agents.url(0, path)).send().await.unwrap();

@@ -2,19 +2,23 @@
 //! and its clients would do next, and applies that as commands at the next log indexes.
 //! Everything it needs is derived from the stored state, so a second run continues
 //! where the first stopped.
+//!
+//! Each plugin runs as jobs (`catalog::plugin_job`), registered at boot: the plugins'
+//! expected counts come from them, so instances that are unhealthy, allocations that
+//! stay pending and drained nodes show as healthy < expected.
 
 mod nodes;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use schedstate::model::{Allocation, ClientStatus, DesiredStatus, Id, Node, NodeStatus};
+use schedstate::model::{Allocation, ClientStatus, DesiredStatus, Id, Job, Node, NodeStatus};
 use schedstate::persist::DurableStore;
 use schedstate::state::{Command, StateSnapshot};
 
 use crate::catalog::{
-    FAILURES, Kind, NAMESPACE, PLUGINS, Rng, STOPPED_PLUGIN, fingerprint, job_id, node_id,
-    node_index, node_name, runs,
+    FAILURES, Kind, NAMESPACE, PENDING_NODE_ALLOCS, PENDING_PLUGIN, PLUGINS, Rng, STOPPED_PLUGIN,
+    fingerprint, job_id, node_id, node_index, node_name, pending_hosts, plugin_job, runs,
 };
 use crate::output::{CliError, err};
 
@@ -132,6 +136,24 @@ impl<B: Backend> Cluster<B> {
         1_760_000_000_000_000_000 + self.next * 1_000_000
     }
 
+    /// The version plugin job `job` is at now (0 when not registered): what a new
+    /// allocation of it runs.
+    pub(super) fn job_version(&self, job: &str) -> u64 {
+        self.db
+            .snapshot()
+            .view()
+            .job(NAMESPACE, job)
+            .map_or(0, |j| j.version)
+    }
+
+    /// Every plugin job of a cluster of this size.
+    fn plugin_jobs(&self) -> Vec<Job> {
+        (0..PLUGINS.len())
+            .flat_map(|p| [Kind::Controller, Kind::Node].map(|k| plugin_job(p, k, self.nodes)))
+            .flatten()
+            .collect()
+    }
+
     fn plugin_running(&self, p: usize) -> bool {
         !(p == STOPPED_PLUGIN && self.stopped)
     }
@@ -163,8 +185,10 @@ impl<B: Backend> Cluster<B> {
     }
 
     /// Brings the cluster up: garbage-collects finished allocations, removes nodes
-    /// beyond `--nodes`, (re)starts every plugin job (reusing running allocations), has
-    /// every node report its fingerprints, and registers the first volumes.
+    /// beyond `--nodes`, registers every plugin job (a stopped one runs again) and
+    /// (re)starts its allocations (reusing running ones; the pending plugin's extra
+    /// allocations stay pending), has every node report its fingerprints, and
+    /// registers the first volumes.
     pub fn boot(&mut self) -> Result<(), CliError> {
         let snap = self.db.snapshot();
         let v = snap.view();
@@ -190,6 +214,18 @@ impl<B: Backend> Cluster<B> {
             running.insert((a.job_id.to_string(), a.node_id.to_string()), a.id.clone());
         }
         let existing: BTreeSet<Id> = v.nodes().map(|n| n.id.clone()).collect();
+        let jobs = self.plugin_jobs();
+        let job_count = jobs.len();
+        self.apply(Command::UpsertJobs { jobs })?;
+        let jobs_at = self.next - 1;
+        let versions: BTreeMap<String, u64> = self
+            .db
+            .snapshot()
+            .view()
+            .jobs_in_namespace(NAMESPACE)
+            .map(|j| (j.id.to_string(), j.version))
+            .collect();
+        let version = |job: &str| versions.get(job).copied().unwrap_or(0);
         if !gc.is_empty() {
             self.stats.gc_allocs += gc.len() as u64;
             self.apply(Command::DeleteAllocs { ids: gc })?;
@@ -218,7 +254,9 @@ impl<B: Backend> Cluster<B> {
                         Some(id) => id.clone(),
                         None => {
                             let id = Id::from(self.rng.uuid());
-                            new.push(alloc(&id, NAMESPACE, &job, kind.group(), &nid));
+                            let mut a = alloc(&id, NAMESPACE, &job, kind.group(), &nid);
+                            a.job_version = version(&job);
+                            new.push(a);
                             id
                         }
                     };
@@ -234,6 +272,31 @@ impl<B: Backend> Cluster<B> {
             node.eligible = true;
             self.apply(Command::UpsertNode { node })?;
         }
+        // The pending plugin's node job asks for more than run: its extra allocations
+        // are placed but never start.
+        let job = job_id(PENDING_PLUGIN, Kind::Node);
+        let pending: Vec<Allocation> = pending_hosts(self.nodes)
+            .into_iter()
+            .map(node_id)
+            .filter(|nid| !running.contains_key(&(job.clone(), nid.clone())))
+            .map(|nid| {
+                let id = Id::from(self.rng.uuid());
+                let mut a = alloc(&id, NAMESPACE, &job, Kind::Node.group(), &nid);
+                a.job_version = version(&job);
+                a.client_status = ClientStatus::Pending;
+                a
+            })
+            .collect();
+        if !pending.is_empty() {
+            self.apply(Command::UpsertAllocs { allocs: pending })?;
+        }
+        let expected = plugin_job(PENDING_PLUGIN, Kind::Node, self.nodes)
+            .map_or(0, |j| j.task_groups[0].count);
+        self.events.push(format!(
+            "index {}: {job_count} plugin jobs registered; {job} expects {expected} node instances of {}, {PENDING_NODE_ALLOCS} of its allocations stay pending (image pull)",
+            crate::output::thousands(jobs_at),
+            PLUGINS[PENDING_PLUGIN].id
+        ));
         let have = self.db.snapshot().view().csi_volumes().count();
         for _ in have..self.target_volumes / 2 {
             self.register()?;
@@ -301,7 +364,9 @@ impl<B: Backend> Cluster<B> {
             return Ok(());
         };
         let id = Id::from(self.rng.uuid());
-        let new = alloc(&id, NAMESPACE, &job_id(p, kind), kind.group(), &node_id(i));
+        let job = job_id(p, kind);
+        let mut new = alloc(&id, NAMESPACE, &job, kind.group(), &node_id(i));
+        new.job_version = self.job_version(&job);
         self.apply(Command::UpsertAllocs { allocs: vec![new] })?;
         self.allocs.insert(slot, id);
         self.unhealthy.remove(&slot);
@@ -335,9 +400,10 @@ impl<B: Backend> Cluster<B> {
         self.apply(Command::DeleteAllocs { ids })
     }
 
-    /// Stops the plugin job of [`STOPPED_PLUGIN`]: claims on its volumes are released,
-    /// its allocations become server-terminal (removing every instance, so the empty
-    /// plugin is deleted), and its nodes stop reporting it.
+    /// Stops the plugin jobs of [`STOPPED_PLUGIN`]: claims on its volumes are
+    /// released, the jobs are stopped (dead: they expect nothing), their allocations
+    /// become server-terminal (removing every instance, so the plugin, expected by no
+    /// job and running nowhere, is deleted), and its nodes stop reporting it.
     pub fn stop_plugin_job(&mut self) -> Result<(), CliError> {
         let p = STOPPED_PLUGIN;
         let spec = &PLUGINS[p];
@@ -352,6 +418,15 @@ impl<B: Backend> Cluster<B> {
                 self.release(&vol.namespace, &vol.id, c)?;
             }
         }
+        let ids: Vec<Id> = [Kind::Controller, Kind::Node]
+            .iter()
+            .filter_map(|&k| plugin_job(p, k, self.nodes))
+            .map(|j| j.id)
+            .collect();
+        self.apply(Command::StopJobs {
+            namespace: Id::from(NAMESPACE),
+            ids,
+        })?;
         let snap = self.db.snapshot();
         let allocs: Vec<Allocation> = [Kind::Controller, Kind::Node]
             .iter()
@@ -371,12 +446,12 @@ impl<B: Backend> Cluster<B> {
         self.stopped = true;
         let gone = self.db.snapshot().view().csi_plugin(spec.id).is_none();
         self.events.push(format!(
-            "index {}: stopped jobs {}-*: {count} allocations server-terminal; plugin {} {}",
+            "index {}: stopped jobs {}-* (dead, expecting nothing): {count} allocations server-terminal; plugin {} {}",
             crate::output::thousands(index),
             spec.job,
             spec.id,
             if gone {
-                "removed (no instances left)"
+                "removed (no instances left, no live job expects any)"
             } else {
                 "still present"
             }

@@ -1,13 +1,15 @@
 //! The node side of the simulated cluster: nodes going down and coming back, being
-//! drained and returning.
+//! drained and returning. A drain moves the plugins' system-job allocations off the
+//! node (as Nomad's drain does at its end) and they are placed again when it returns;
+//! the node is ineligible meanwhile, so those jobs expect one instance less.
 
 use std::sync::Arc;
 
 use schedstate::model::{Id, Node, NodeStatus};
 use schedstate::state::Command;
 
-use super::Cluster;
-use crate::catalog::node_id;
+use super::{Cluster, alloc, stopped};
+use crate::catalog::{Kind, NAMESPACE, PLUGINS, job_id, node_id, node_index, plugin_job, runs};
 use crate::output::CliError;
 
 impl<B: super::Backend> Cluster<B> {
@@ -50,6 +52,51 @@ impl<B: super::Backend> Cluster<B> {
             id: id.clone(),
             drain: !back,
         })?;
-        self.apply(Command::UpdateNodeEligibility { id, eligible: back })
+        self.apply(Command::UpdateNodeEligibility {
+            id: id.clone(),
+            eligible: back,
+        })?;
+        match node_index(&id) {
+            Some(i) => self.place_system_allocs(i, back),
+            None => Ok(()),
+        }
+    }
+
+    /// The node instances node `i` runs for system jobs: stopped when it drains
+    /// (`back` false), placed again when it returns; the node reports the change.
+    fn place_system_allocs(&mut self, i: usize, back: bool) -> Result<(), CliError> {
+        let system: Vec<usize> = (0..PLUGINS.len())
+            .filter(|&p| {
+                self.plugin_running(p)
+                    && runs(p, Kind::Node, i)
+                    && plugin_job(p, Kind::Node, self.nodes).is_some_and(|j| j.job_type.per_node())
+            })
+            .collect();
+        let snap = self.db.snapshot();
+        let mut allocs = Vec::new();
+        for p in system {
+            let slot = (p, Kind::Node, i);
+            if back && !self.allocs.contains_key(&slot) {
+                let id = Id::from(self.rng.uuid());
+                let job = job_id(p, Kind::Node);
+                let mut a = alloc(&id, NAMESPACE, &job, Kind::Node.group(), &node_id(i));
+                a.job_version = self.job_version(&job);
+                allocs.push(a);
+                self.allocs.insert(slot, id);
+            } else if !back && let Some(id) = self.allocs.remove(&slot) {
+                self.unhealthy.remove(&slot);
+                if let Some(a) = snap.view().alloc(&id).filter(|a| !a.terminal()) {
+                    allocs.push(stopped(&a));
+                }
+            }
+        }
+        if allocs.is_empty() {
+            return Ok(());
+        }
+        // New allocations run before the node reports their instances; stopped ones
+        // take theirs with them.
+        self.apply(Command::UpsertAllocs { allocs })?;
+        let node = self.node_row(i);
+        self.apply(Command::UpsertNode { node })
     }
 }

@@ -24,7 +24,7 @@ use support::{
 fn help_lists_every_command() {
     let help = ok(&["--help"]);
     for cmd in [
-        "demo", "plugin", "volume", "node", "inspect", "repair", "snapshot",
+        "demo", "plugin", "volume", "node", "job", "inspect", "repair", "snapshot",
     ] {
         assert!(help.contains(cmd), "{cmd} missing from:\n{help}");
     }
@@ -63,6 +63,20 @@ fn demo_then_status_commands_match_the_store() {
         ];
         assert_eq!(row, &want);
     }
+    // The demo shows healthy ≠ expected: aws-ebs0's node job asks for more than runs.
+    let ebs = r.iter().find(|row| row[0] == "aws-ebs0").unwrap();
+    let (healthy, expected) = ebs[3].split_once('/').unwrap();
+    assert_eq!(expected, "8");
+    assert!(healthy.parse::<u32>().unwrap() <= 6, "{ebs:?}");
+    for row in &r[1..] {
+        let plugin = v.csi_plugin(&row[0]).unwrap();
+        let sum: u64 = plugin.jobs.iter().map(|j| j.expected.nodes).sum();
+        assert_eq!(
+            plugin.nodes_expected() as u64,
+            sum,
+            "expected = sum over jobs"
+        );
+    }
     let providers: BTreeSet<&str> = r[1..].iter().map(|row| row[1].as_str()).collect();
     assert_eq!(
         providers,
@@ -79,8 +93,19 @@ fn demo_then_status_commands_match_the_store() {
         value(&details, "Nodes Healthy"),
         p.nodes_healthy().to_string()
     );
-    assert_eq!(value(&details, "Nodes Expected"), "6");
+    // Expected: what the plugin's jobs ask for — 2 controllers, and a node instance
+    // on each of the 6 AWS nodes plus 2 allocations that stay pending — not what runs.
+    assert_eq!(value(&details, "Nodes Expected"), "8");
     assert_eq!(value(&details, "Controllers Expected"), "2");
+    assert!(p.nodes_healthy() <= 6, "{details}");
+    let jobs = rows(&section(&details, "Jobs").join("\n"));
+    assert_eq!(
+        jobs[1..],
+        [
+            ["csi-aws-ebs-controller", "default", "2", "0"],
+            ["csi-aws-ebs-nodes", "default", "0", "8"],
+        ]
+    );
     let allocs: Vec<String> = section(&details, "Allocations")[1..]
         .iter()
         .map(|l| l.split_whitespace().next().unwrap().to_string())
@@ -197,6 +222,99 @@ fn demo_then_status_commands_match_the_store() {
             .any(|l| l.contains("ebs.csi.aws.com") && l.contains("1.25.0"))
     );
 
+    // job status: every job with its plugins, from the store.
+    let jobs: Vec<Arc<schedstate::model::Job>> = v.jobs().collect();
+    assert_eq!(
+        jobs.len(),
+        7,
+        "two jobs per plugin, one for nfs (no controller)"
+    );
+    let table = ok(&["job", "status", "--data", dir.arg()]);
+    let r = rows(&table);
+    assert_eq!(
+        r[0].join(" "),
+        "ID Namespace Type Status Version CSI Plugins"
+    );
+    assert_eq!(r.len() - 1, jobs.len());
+    for (row, j) in r[1..].iter().zip(&jobs) {
+        assert_eq!(
+            row[..5],
+            [
+                j.id.to_string(),
+                j.namespace.to_string(),
+                j.job_type.as_str().to_string(),
+                j.status.as_str().to_string(),
+                j.version.to_string(),
+            ]
+        );
+    }
+    let ceph = r.iter().find(|row| row[0] == "csi-ceph-rbd-nodes").unwrap();
+    assert_eq!(
+        (ceph[2].as_str(), ceph[3].as_str(), ceph[5].as_str()),
+        ("system", "dead", "ceph-rbd:node")
+    );
+    let ebs = r.iter().find(|row| row[0] == "csi-aws-ebs-nodes").unwrap();
+    assert_eq!(
+        (ebs[2].as_str(), ebs[3].as_str(), ebs[5].as_str()),
+        ("service", "running", "aws-ebs0:node")
+    );
+    let json = ok(&["job", "status", "--json", "--data", dir.arg()]);
+    let parsed: Vec<schedstate::model::Job> = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        parsed,
+        jobs.iter().map(|j| (**j).clone()).collect::<Vec<_>>()
+    );
+    // One job: its group, what it expects of its plugin, its allocations' statuses.
+    let details = ok(&["job", "status", "csi-aws-ebs-n", "--data", dir.arg()]);
+    assert_eq!(value(&details, "ID"), "csi-aws-ebs-nodes");
+    assert_eq!(value(&details, "Type"), "service");
+    let groups = rows(&section(&details, "Task Groups").join("\n"));
+    assert_eq!(groups[1], ["nodes", "8", "plugin", "aws-ebs0:node"]);
+    let stanza = rows(&section(&details, "CSI Plugins").join("\n"));
+    assert_eq!(
+        stanza[1],
+        [
+            "aws-ebs0".to_string(),
+            "node".into(),
+            "0".into(),
+            "8".into(),
+            format!("{}/2", p.controllers_healthy()),
+            format!("{}/8", p.nodes_healthy()),
+        ]
+    );
+    let allocs: Vec<Arc<schedstate::model::Allocation>> =
+        v.allocs_by_job("default", "csi-aws-ebs-nodes").collect();
+    let pending = allocs
+        .iter()
+        .filter(|a| a.client_status == schedstate::model::ClientStatus::Pending)
+        .count();
+    assert_eq!(pending, 2, "two allocations stay pending");
+    let summary = rows(&section(&details, "Summary").join("\n"));
+    assert_eq!(summary[0][..3], ["Task", "Group", "Pending"]);
+    assert_eq!(summary[1][..2], ["nodes", "2"]);
+    let listed = section(&details, "Allocations");
+    assert_eq!(listed.len() - 1, allocs.len());
+    assert!(listed.iter().filter(|l| l.contains(" pending ")).count() == 2);
+    let one: serde_json::Value = serde_json::from_str(&ok(&[
+        "job",
+        "status",
+        "csi-gcp-pd-nodes",
+        "--json",
+        "--data",
+        dir.arg(),
+    ]))
+    .unwrap();
+    assert_eq!(one["type"], "system");
+    let gcp = v.csi_plugin("gcp-pd").unwrap();
+    assert_eq!(
+        one["plugins"][0]["expected"]["nodes"].as_u64(),
+        Some(gcp.job_expectation("default", "csi-gcp-pd-nodes").nodes)
+    );
+    assert_eq!(
+        one["allocations"].as_array().unwrap().len(),
+        v.allocs_by_job("default", "csi-gcp-pd-nodes").count()
+    );
+
     // inspect
     let inspect = ok(&["inspect", "--verify", "--data", dir.arg()]);
     assert_eq!(plain(&value(&inspect, "Last Applied")), last_applied);
@@ -208,6 +326,7 @@ fn demo_then_status_commands_match_the_store() {
     assert_eq!(count("nodes"), 12);
     assert_eq!(count("csi_plugins"), plugins.len() as u64);
     assert_eq!(count("csi_volumes"), vols.len() as u64);
+    assert_eq!(count("jobs"), jobs.len() as u64);
     assert!(inspect.contains("Verify: ok"), "{inspect}");
     assert!(key_values(&inspect).iter().any(|(k, _)| k == "Torn Tail"));
 }
@@ -293,10 +412,11 @@ fn read_commands_work_while_a_writer_holds_the_lock() {
 }
 
 /// The commands that read a data directory (`--data` is appended).
-const READ_COMMANDS: [&[&str]; 5] = [
+const READ_COMMANDS: [&[&str]; 6] = [
     &["plugin", "status"],
     &["volume", "status"],
     &["node", "status"],
+    &["job", "status"],
     &["inspect"],
     &["snapshot", "save", "/dev/null/x"],
 ];
@@ -364,6 +484,13 @@ fn unknown_ids_are_errors() {
     assert_eq!(e, "error: node \"nope\" not found");
     let e = fails(&["node", "status", "node-", "--data", dir.arg()]);
     assert!(e.contains("matches 12 nodes"), "{e}");
+    let e = fails(&["job", "status", "nope", "--data", dir.arg()]);
+    assert_eq!(e, "error: job \"nope\" not found");
+    let e = fails(&["job", "status", "csi-aws", "--data", dir.arg()]);
+    assert!(
+        e.contains("matches 2 jobs") && e.contains("--namespace"),
+        "{e}"
+    );
     let e = fails(&["plugin", "status", "ceph-rbd", "--data", dir.arg()]);
     assert_eq!(
         e, "error: plugin \"ceph-rbd\" not found",

@@ -9,9 +9,10 @@
 use std::collections::BTreeMap;
 
 use schedstate::model::{
-    Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiMountOptions, CsiNodeInfo, CsiVolume,
-    CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability, CsiVolumeClaim,
-    CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus, Id, Node,
+    Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiMountOptions, CsiNodeInfo,
+    CsiPluginType, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
+    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest, DesiredStatus, Id,
+    Job, JobType, Node, Task, TaskCsiPlugin, TaskGroup,
 };
 use schedstate::persist::{DurableStore, Options};
 use schedstate::state::{Command, CsiVolumeClaimRequest};
@@ -114,6 +115,34 @@ fn claim(
     }
 }
 
+/// A job of one group of `count` running `plugin` (as `kind`), if any.
+fn job(
+    ns: &str,
+    id: &str,
+    job_type: JobType,
+    count: u32,
+    plugin: Option<(&str, CsiPluginType)>,
+) -> Job {
+    let mut j = Job::new(ns, id);
+    j.job_type = job_type;
+    j.task_groups = vec![TaskGroup {
+        name: match plugin {
+            Some((_, CsiPluginType::Controller)) => "controller".into(),
+            Some(_) => "nodes".into(),
+            None => "app".into(),
+        },
+        count,
+        tasks: vec![Task {
+            name: "main".into(),
+            csi_plugin: plugin.map(|(p, t)| TaskCsiPlugin {
+                id: p.into(),
+                plugin_type: t,
+            }),
+        }],
+    }];
+    j
+}
+
 /// The commands that build the state, in order.
 fn commands() -> Vec<Command> {
     use CsiVolumeClaimMode::{Read, Write};
@@ -139,7 +168,47 @@ fn commands() -> Vec<Command> {
     let mut secret = volume("default", "web-001", "ebs");
     secret.secrets.insert("password".into(), "s3cr3t".into());
     let gone = app("alloc-app-3", "batch", "node-2", "shared-002", true);
+    use CsiPluginType::{Controller, Monolith, Node as NodeType};
     vec![
+        // The plugins' jobs: ebs asks for 3 node instances where 2 run; nfs's is a
+        // system job (one per eligible node); a stopped job and a batch job too.
+        Command::UpsertJobs {
+            jobs: vec![
+                job(
+                    "default",
+                    "plugin-ebs-controller",
+                    JobType::Service,
+                    1,
+                    Some(("ebs", Controller)),
+                ),
+                job(
+                    "default",
+                    "plugin-ebs-nodes",
+                    JobType::Service,
+                    3,
+                    Some(("ebs", NodeType)),
+                ),
+                job(
+                    "default",
+                    "plugin-nfs-nodes",
+                    JobType::System,
+                    1,
+                    Some(("nfs", NodeType)),
+                ),
+                job(
+                    "default",
+                    "old-plugin",
+                    JobType::Service,
+                    2,
+                    Some(("hostpath", Monolith)),
+                ),
+                job("batch", "shared-002", JobType::Batch, 2, None),
+            ],
+        },
+        Command::StopJobs {
+            namespace: Id::from("default"),
+            ids: vec![Id::from("old-plugin")],
+        },
         Command::UpsertAllocs {
             allocs: vec![
                 alloc(
@@ -309,11 +378,23 @@ const COMPARED: &[&[&str]] = &[
     &["node", "status", "--json"],
     &["node", "status", "node-1"],
     &["node", "status", "node-2", "--json"],
-    // The errors match too: no such plugin, an ambiguous prefix, twice.
+    &["job", "status"],
+    &["job", "status", "--json"],
+    &["job", "status", "--namespace", "batch"],
+    &["job", "status", "plugin-ebs-n"],
+    &["job", "status", "plugin-ebs-nodes", "--json"],
+    &["job", "status", "plugin-nfs-nodes"],
+    &["job", "status", "old-plugin", "--json"],
+    &["job", "status", "shared"],
+    // The errors match too: no such plugin, an ambiguous prefix, three times.
     &["plugin", "status", "zzz"],
     &["volume", "status", "web"],
     &["node", "status", "node"],
+    &["job", "status", "plugin"],
 ];
+
+/// How many of [`COMPARED`], at its end, fail.
+const FAILING: usize = 4;
 
 // ---------------------------------------------------------------------------------
 // The tests.
@@ -326,7 +407,7 @@ fn status_commands_print_the_same_from_the_agent_as_from_a_directory() {
     for (i, args) in COMPARED.iter().enumerate() {
         let from_dir = local(args, &dir);
         let from_agent = remote(args, &address);
-        let want = if i + 3 >= COMPARED.len() { 1 } else { 0 };
+        let want = if i + FAILING >= COMPARED.len() { 1 } else { 0 };
         assert_eq!(from_dir.code, Some(want), "{args:?} --data: {from_dir:?}");
         assert_eq!(from_dir, from_agent, "{args:?}: --data, then --address");
     }
@@ -335,6 +416,42 @@ fn status_commands_print_the_same_from_the_agent_as_from_a_directory() {
     assert!(plugin.stdout.contains("Unhealthy Instances"), "{plugin:?}");
     let shared = local(&["volume", "status", "shared"], &dir);
     assert!(shared.stdout.contains("past (read)"), "{shared:?}");
+    // Expected counts from the jobs: ebs 1 controller and 3 nodes (2 run); nfs's
+    // system job counts its running allocations on eligible nodes (node-2 is not).
+    let plugins = local(&["plugin", "status"], &dir);
+    assert!(
+        plugins
+            .stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["ebs", "ebs.csi.aws.com", "1/1", "1/3"]),
+        "{plugins:?}"
+    );
+    assert!(
+        plugins
+            .stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["nfs", "nfs.csi.k8s.io", "0/0", "2/1"]),
+        "{plugins:?}"
+    );
+    let jobs = local(&["job", "status"], &dir);
+    assert!(
+        jobs.stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "old-plugin",
+                    "default",
+                    "service",
+                    "dead",
+                    "0",
+                    "hostpath:monolith"
+                ]),
+        "{jobs:?}"
+    );
+    let ebs = local(&["job", "status", "plugin-ebs-nodes"], &dir);
+    assert!(ebs.stdout.contains("\nSummary\n"), "{ebs:?}");
     // The secret stays hidden.
     let json = remote(&["volume", "status", "web-001", "--json"], &address);
     assert!(json.stdout.contains("<redacted>"), "{}", json.stdout);
@@ -456,6 +573,8 @@ fn an_empty_agent_prints_what_an_empty_directory_prints() {
         &["volume", "status", "--json"],
         &["node", "status"],
         &["node", "status", "--json"],
+        &["job", "status"],
+        &["job", "status", "--json"],
     ] {
         let from_dir = local(args, &dir);
         assert_eq!(from_dir.code, Some(0), "{from_dir:?}");
@@ -469,6 +588,7 @@ fn address_and_data_together_is_a_usage_error() {
         ["plugin", "status"],
         ["volume", "status"],
         ["node", "status"],
+        ["job", "status"],
     ] {
         let args = [
             &cmd[..],

@@ -1,11 +1,14 @@
 //! `CSIInfo` (one plugin instance as a node fingerprints it, and as a plugin lists
-//! it), `CSIPlugin` and `CSIPluginListStub`.
+//! it), `CSIPlugin` and `CSIPluginListStub`; a plugin's live jobs as Nomad lists
+//! them (`ControllerJobs`, `NodeJobs`: namespace → job id → `JobDescription`), from
+//! which its `ControllersExpected` / `NodesExpected` are the sums.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use schedstate::model::{
-    CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, CsiTopology, PluginInstances,
+    CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, CsiTopology, Expected, PluginInstances,
+    PluginJob,
 };
 use serde::{Deserialize, Serialize};
 
@@ -205,8 +208,78 @@ impl From<&CsiPlugin> for NomadCsiPluginListStub {
     }
 }
 
+/// Nomad's `JobDescription`: how many instances of one kind (controller or node) one
+/// job expects of a plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadJobDescription {
+    #[serde(rename = "Namespace", default)]
+    pub namespace: String,
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    #[serde(rename = "Expected", default)]
+    pub expected: u64,
+}
+
+/// Nomad's `JobDescriptions`: namespace → job id → description.
+pub type NomadJobDescriptions = BTreeMap<String, BTreeMap<String, NomadJobDescription>>;
+
+/// A plugin's job expectations as Nomad lists them: one map for controllers, one for
+/// nodes; a job appears in a map only when it expects instances of that kind.
+fn jobs_out(jobs: &[PluginJob]) -> (NomadJobDescriptions, NomadJobDescriptions) {
+    let (mut controllers, mut nodes) = (BTreeMap::new(), BTreeMap::new());
+    for j in jobs {
+        for (map, expected) in [
+            (&mut controllers, j.expected.controllers),
+            (&mut nodes, j.expected.nodes),
+        ] {
+            if expected == 0 {
+                continue;
+            }
+            let by_id: &mut BTreeMap<String, NomadJobDescription> =
+                map.entry(j.namespace.to_string()).or_default();
+            by_id.insert(
+                j.job_id.to_string(),
+                NomadJobDescription {
+                    namespace: j.namespace.to_string(),
+                    id: j.job_id.to_string(),
+                    expected,
+                },
+            );
+        }
+    }
+    (controllers, nodes)
+}
+
+/// The two maps back as the model's list: one entry per job, in (namespace, id)
+/// order, the maps' keys naming the job; a job expecting nothing is left out.
+fn jobs_in(controllers: NomadJobDescriptions, nodes: NomadJobDescriptions) -> Vec<PluginJob> {
+    let mut merged: BTreeMap<(String, String), Expected> = BTreeMap::new();
+    for (map, controller) in [(controllers, true), (nodes, false)] {
+        for (namespace, by_id) in map {
+            for (id, d) in by_id {
+                let e = merged.entry((namespace.clone(), id)).or_default();
+                if controller {
+                    e.controllers += d.expected;
+                } else {
+                    e.nodes += d.expected;
+                }
+            }
+        }
+    }
+    merged
+        .into_iter()
+        .filter(|(_, e)| !e.is_zero())
+        .map(|((namespace, id), expected)| PluginJob {
+            namespace: namespace.as_str().into(),
+            job_id: id.as_str().into(),
+            expected,
+        })
+        .collect()
+}
+
 /// Nomad's `CSIPlugin`: the instances by node id, the allocations running them, the
-/// health counts (derived: ignored in input).
+/// live jobs that run it (`ControllerJobs`, `NodeJobs`), the health and expected
+/// counts (derived: ignored in input).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiPlugin {
     #[serde(rename = "ID")]
@@ -223,6 +296,16 @@ pub struct NomadCsiPlugin {
     pub nodes: BTreeMap<String, NomadCsiInfo>,
     #[serde(rename = "Allocations", default)]
     pub allocations: Vec<NomadAllocListStub>,
+    /// The live jobs expecting controller instances.
+    #[serde(
+        rename = "ControllerJobs",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub controller_jobs: NomadJobDescriptions,
+    /// The live jobs expecting node instances.
+    #[serde(rename = "NodeJobs", default, deserialize_with = "super::nullable")]
+    pub node_jobs: NomadJobDescriptions,
     #[serde(rename = "ControllersHealthy", default)]
     pub controllers_healthy: usize,
     #[serde(rename = "ControllersExpected", default)]
@@ -239,6 +322,7 @@ pub struct NomadCsiPlugin {
 
 impl From<&CsiPlugin> for NomadCsiPlugin {
     fn from(p: &CsiPlugin) -> Self {
+        let (controller_jobs, node_jobs) = jobs_out(&p.jobs);
         NomadCsiPlugin {
             id: p.id.to_string(),
             provider: p.provider.clone(),
@@ -251,6 +335,8 @@ impl From<&CsiPlugin> for NomadCsiPlugin {
                 .iter()
                 .map(|a| NomadAllocListStub::from(&**a))
                 .collect(),
+            controller_jobs,
+            node_jobs,
             controllers_healthy: p.controllers_healthy(),
             controllers_expected: p.controllers_expected(),
             nodes_healthy: p.nodes_healthy(),
@@ -280,6 +366,7 @@ impl TryFrom<NomadCsiPlugin> for CsiPlugin {
                 )))
             })
             .collect::<Result<_, ShapeError>>()?;
+        plugin.jobs = jobs_in(p.controller_jobs, p.node_jobs);
         plugin.modify_index = p.modify_index;
         Ok(plugin)
     }

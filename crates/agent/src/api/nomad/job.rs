@@ -1,6 +1,11 @@
 //! `Job` and `JobListStub`: the parts of Nomad's job a CSI-aware state store keeps —
 //! type, status, version, task groups with their counts, and each task's
 //! `CSIPluginConfig` (plugin id and type, in Nomad's spellings).
+//!
+//! A registration may carry everything else of a Nomad job (datacenters, drivers,
+//! resources, a plugin's `MountDir`): it is ignored. What Go sends as `null` for a nil
+//! pointer, map or slice reads as Nomad's default (`Count` 1, `Type` service, no
+//! groups or tasks).
 
 use schedstate::model::{CsiPluginType, Job, JobStatus, JobType, Task, TaskCsiPlugin, TaskGroup};
 use serde::{Deserialize, Serialize};
@@ -35,15 +40,27 @@ pub struct NomadTask {
 pub struct NomadTaskGroup {
     #[serde(rename = "Name")]
     pub name: String,
-    /// Absent means 1, as in Nomad's job specification.
-    #[serde(rename = "Count", default = "one")]
+    /// Absent (or `null`) means 1, as in Nomad's job specification.
+    #[serde(rename = "Count", default = "one", deserialize_with = "count")]
     pub count: u32,
-    #[serde(rename = "Tasks", default)]
+    #[serde(rename = "Tasks", default, deserialize_with = "super::nullable")]
     pub tasks: Vec<NomadTask>,
 }
 
 fn one() -> u32 {
     1
+}
+
+/// A group's count: a whole number from 0 to 2³²-1, or `null` for 1.
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match Option::<i64>::deserialize(d)? {
+        None => Ok(1),
+        Some(n) => u32::try_from(n).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "TaskGroups[].Count {n}: a task group's count is 0 or more (and below 2^32)"
+            ))
+        }),
+    }
 }
 
 /// Nomad's `Job`.
@@ -52,26 +69,30 @@ pub struct NomadJob {
     #[serde(rename = "ID")]
     pub id: String,
     /// Nomad's display name; the id here (the store keeps no separate name).
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "Type", default)]
+    #[serde(rename = "Type", default, deserialize_with = "super::nullable")]
     pub job_type: JobType,
-    #[serde(rename = "Status", default)]
+    #[serde(rename = "Status", default, deserialize_with = "super::nullable")]
     pub status: JobStatus,
     /// Whether the job is stopped (Nomad's `Stop`): status dead.
-    #[serde(rename = "Stop", default)]
+    #[serde(rename = "Stop", default, deserialize_with = "super::nullable")]
     pub stop: bool,
-    #[serde(rename = "Version", default)]
+    #[serde(rename = "Version", default, deserialize_with = "super::nullable")]
     pub version: u64,
-    #[serde(rename = "TaskGroups", default)]
+    #[serde(rename = "TaskGroups", default, deserialize_with = "super::nullable")]
     pub task_groups: Vec<NomadTaskGroup>,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
-    #[serde(rename = "JobModifyIndex", default)]
+    #[serde(
+        rename = "JobModifyIndex",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub job_modify_index: u64,
 }
 
@@ -247,5 +268,31 @@ mod tests {
             r#"{"ID":"web","TaskGroups":[{"Name":"g","Tasks":[{"Name":"t","CSIPluginConfig":{"ID":"p","Type":"sidecar"}}]}]}"#,
         );
         assert!(bad.unwrap_err().to_string().contains("unknown variant"));
+    }
+
+    #[test]
+    fn gos_nulls_read_as_nomads_defaults() {
+        let shape: NomadJob = serde_json::from_str(
+            r#"{"ID":"web","Name":null,"Namespace":null,"Type":null,"Status":null,"Stop":null,
+                "Version":null,"Datacenters":["dc1"],
+                "TaskGroups":[{"Name":"g","Count":null,"Tasks":null},
+                              {"Name":"h","Count":3,"Tasks":[{"Name":"t","Driver":"docker",
+                               "CSIPluginConfig":{"ID":"p","Type":"node","MountDir":"/csi"}}]}]}"#,
+        )
+        .unwrap();
+        let job = Job::try_from(shape).unwrap();
+        assert_eq!(
+            (&*job.namespace, job.job_type),
+            ("default", JobType::Service)
+        );
+        assert_eq!(job.task_groups[0].count, 1);
+        assert!(job.task_groups[0].tasks.is_empty());
+        let plugin = job.task_groups[1].tasks[0].csi_plugin.as_ref().unwrap();
+        assert_eq!(
+            (&*plugin.id, plugin.plugin_type),
+            ("p", CsiPluginType::Node)
+        );
+        let none: NomadJob = serde_json::from_str(r#"{"ID":"x","TaskGroups":null}"#).unwrap();
+        assert!(none.task_groups.is_empty());
     }
 }

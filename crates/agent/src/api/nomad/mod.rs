@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `node.rs` | `Node`, `NodeListStub` |
 //! | `alloc.rs` | `Allocation`, `AllocListStub` |
-//! | `csi.rs` | `CSIInfo` (a plugin instance / fingerprint), `CSIPlugin`, `CSIPluginListStub` |
+//! | `csi.rs` | `CSIInfo` (a plugin instance / fingerprint), `CSIPlugin` (with its `ControllerJobs`/`NodeJobs`), `CSIPluginListStub` |
 //! | `job.rs` | `Job`, `JobListStub`, `TaskGroup`, `Task`, `TaskCSIPluginConfig` |
 //! | `volume.rs` | `CSIVolume`, `CSIVolumeListStub`, `CSIVolumeClaim` |
 //! | `time.rs` | Go's `time.Time` as RFC 3339 (the zero time for 0) |
@@ -28,7 +28,9 @@ mod time;
 mod volume;
 
 pub use alloc::{NomadAllocListStub, NomadAllocation};
-pub use csi::{NomadCsiInfo, NomadCsiPlugin, NomadCsiPluginListStub};
+pub use csi::{
+    NomadCsiInfo, NomadCsiPlugin, NomadCsiPluginListStub, NomadJobDescription, NomadJobDescriptions,
+};
 pub use job::{NomadJob, NomadJobListStub, NomadTask, NomadTaskCsiPluginConfig, NomadTaskGroup};
 pub use node::{NomadNode, NomadNodeListStub};
 pub use volume::{NomadCsiVolume, NomadCsiVolumeListStub};
@@ -42,6 +44,16 @@ pub struct ShapeError {
     pub field: &'static str,
     /// What is wrong with it.
     pub reason: String,
+}
+
+/// A field Go may send as `null` (a nil pointer, map or slice) read as its default,
+/// as Nomad reads it: `#[serde(default, deserialize_with = "nullable")]`.
+pub(crate) fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(d)?.unwrap_or_default())
 }
 
 impl ShapeError {

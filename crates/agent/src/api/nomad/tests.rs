@@ -9,7 +9,7 @@ use schedstate::model::{
     AllocListStub, Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiMountOptions,
     CsiNodeInfo, CsiPlugin, CsiTopology, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode,
     CsiVolumeCapability, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, CsiVolumeRequest,
-    DesiredStatus, Node, NodeStatus,
+    DesiredStatus, Expected, Node, NodeStatus, PluginJob,
 };
 use serde_json::json;
 
@@ -157,6 +157,17 @@ fn plugin() -> CsiPlugin {
     let mut stub = alloc();
     stub.csi_volume_requests.clear();
     p.allocations = vec![AllocListStub::new(Arc::new(stub))];
+    let job = |ns: &str, id: &str, controllers, nodes| PluginJob {
+        namespace: ns.into(),
+        job_id: id.into(),
+        expected: Expected { controllers, nodes },
+    };
+    // In (namespace, id) order: a monolith job, a controller job, a node job.
+    p.jobs = vec![
+        job("batch", "mono", 1, 1),
+        job("default", "ebs-controller", 2, 0),
+        job("default", "ebs-nodes", 0, 5),
+    ];
     p.modify_index = 8;
     p
 }
@@ -246,7 +257,46 @@ fn volumes_claims_and_modes_read_as_nomad_spells_them() {
     );
     let p = serde_json::to_value(NomadCsiPluginListStub::from(&plugin())).unwrap();
     assert_eq!(p["ControllersHealthy"], 1);
-    assert_eq!(p["NodesExpected"], 1);
+    // Expected: sums over the live jobs (1 + 2 controllers, 1 + 5 nodes), not the
+    // instances fingerprinted.
+    assert_eq!(p["ControllersExpected"], 3);
+    assert_eq!(p["NodesExpected"], 6);
+}
+
+#[test]
+fn a_plugins_jobs_read_as_nomads_job_descriptions() {
+    let json = serde_json::to_value(NomadCsiPlugin::from(&plugin())).unwrap();
+    assert_eq!(
+        json["ControllerJobs"],
+        json!({
+            "batch": {"mono": {"Namespace": "batch", "ID": "mono", "Expected": 1}},
+            "default": {"ebs-controller": {"Namespace": "default", "ID": "ebs-controller", "Expected": 2}},
+        })
+    );
+    assert_eq!(
+        json["NodeJobs"]["default"]["ebs-nodes"]["Expected"],
+        json!(5)
+    );
+    assert!(json["NodeJobs"]["default"].get("ebs-controller").is_none());
+    assert_eq!(
+        (
+            json["ControllersExpected"].clone(),
+            json["NodesExpected"].clone()
+        ),
+        (json!(3), json!(6))
+    );
+    // Go's nil maps read as none; a job listed with nothing expected is left out.
+    let mut shape = NomadCsiPlugin::from(&plugin());
+    shape.controller_jobs.clear();
+    let mut json = serde_json::to_value(&shape).unwrap();
+    json["ControllerJobs"] = serde_json::Value::Null;
+    json["NodeJobs"]["default"]["idle"] =
+        json!({"Namespace": "default", "ID": "idle", "Expected": 0});
+    let back =
+        CsiPlugin::try_from(serde_json::from_value::<NomadCsiPlugin>(json).unwrap()).unwrap();
+    let ids: Vec<&str> = back.jobs.iter().map(|j| &*j.job_id).collect();
+    assert_eq!(ids, ["mono", "ebs-nodes"]);
+    assert_eq!((back.controllers_expected(), back.nodes_expected()), (0, 6));
 }
 
 #[test]
