@@ -276,12 +276,12 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
     let s = &cluster.stats;
     let last = cluster.next - 1;
     let mut text = format!(
-        "\nApplied {} commands over HTTP (index {} → {}) in {:.1} s: {:.0} commits/s, each acknowledged by a quorum of {n} agents\n",
+        "\nApplied {} commands over HTTP (index {} → {}) in {:.1} s: {} commits/s, each acknowledged by a quorum of {n} agents\n",
         thousands(s.commands),
         thousands(started_at + 1),
         thousands(last),
         elapsed.as_secs_f64(),
-        s.commands as f64 / elapsed.as_secs_f64().max(1e-3),
+        thousands((s.commands as f64 / elapsed.as_secs_f64().max(1e-3)).round() as u64),
     );
     if let Some(d) = failover {
         text.push_str(&format!(

@@ -287,12 +287,12 @@ pub fn run(args: &DemoArgs) -> Result<(), CliError> {
     let last = cluster.next - 1;
     let mut text = String::new();
     text.push_str(&format!(
-        "\nApplied {} commands (index {} → {}) in {:.1} s: {:.0} commits/s (sync {})\n",
+        "\nApplied {} commands (index {} → {}) in {:.1} s: {} commits/s (sync {})\n",
         thousands(s.commands),
         thousands(started_at + 1),
         thousands(last),
         elapsed.as_secs_f64(),
-        s.commands as f64 / elapsed.as_secs_f64().max(1e-3),
+        thousands((s.commands as f64 / elapsed.as_secs_f64().max(1e-3)).round() as u64),
         args.sync.name()
     ));
     text.push_str(&format!(
