@@ -39,5 +39,7 @@ pub use error::{PersistError, Result};
 pub use fs::{DIR_MODE, FILE_MODE, make_owner_only, owner_only};
 pub use lock::DirLock;
 pub use repair::{Dropped, RepairReport, repair_data_dir};
-pub use snapshot::{SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader};
+pub use snapshot::{
+    OLDEST_SNAPSHOT_VERSION, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader,
+};
 pub use wal::{WAL_MAGIC, WAL_VERSION};

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
+use hyper::Method;
 use schedstate_raft::{ApplyEvent, ApplyObserver, OpenError, Server};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -37,9 +39,6 @@ pub enum AgentError {
     /// The data directory could not be opened (damage, a lock held by another agent).
     #[error("data directory: {0}")]
     Open(#[from] OpenError),
-    /// The HTTP client for the Raft RPCs could not be built.
-    #[error("http client: {0}")]
-    Http(#[from] reqwest::Error),
     /// The TLS files could not be loaded.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
@@ -147,10 +146,7 @@ impl Agent {
             limits: config.limits.clone(),
             max_wait: config.max_wait,
             heartbeat: config.event_heartbeat,
-            proxy: dialer
-                .builder()
-                .connect_timeout(Duration::from_secs(2))
-                .build()?,
+            proxy: dialer.client(Duration::from_secs(2)),
             dialer: dialer.clone(),
             tls: tls.clone(),
             handshake_failures: Default::default(),
@@ -345,18 +341,7 @@ async fn bootstrap(
     if lowest != Some(config.id) {
         return;
     }
-    let http = match dialer
-        .builder()
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(2))
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the bootstrap client");
-            return;
-        }
-    };
+    let http = dialer.client(Duration::from_secs(1));
     let mut waiting_logged = false;
     loop {
         if !is_fresh(&server) {
@@ -368,9 +353,19 @@ async fn bootstrap(
             if *id == config.id {
                 continue;
             }
-            let req = http.get(format!("{}://{addr}/v1/agent/health", dialer.scheme()));
-            let answer = match req.send().await {
-                Ok(r) if r.status().is_success() => r.bytes().await.ok(),
+            let url = format!("{}://{addr}/v1/agent/health", dialer.scheme());
+            let answer = match http
+                .call(
+                    Method::GET,
+                    &url,
+                    &[],
+                    Bytes::new(),
+                    64 << 10,
+                    Duration::from_secs(2),
+                )
+                .await
+            {
+                Ok(a) if a.status.is_success() => Some(a.body),
                 _ => None,
             };
             match answer.and_then(|b| serde_json::from_slice::<crate::api::AgentHealth>(&b).ok()) {

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use axum::body::Bytes;
+use hyper::{HeaderMap, Method, StatusCode, Uri};
 use schedstate::model::{AllocListStub, Allocation, CsiPlugin, CsiVolume, Job, Node};
 use schedstate::state::Command;
 use serde::de::DeserializeOwned;
@@ -17,6 +18,7 @@ use crate::api::{
     INDEX_HEADER, JobWriteResponse, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration,
     TOKEN_HEADER, WriteResponse,
 };
+use crate::outbound::{Answer, HttpClient, HttpError};
 
 /// Why a request to an agent failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +41,7 @@ pub enum ClientError {
         cause: String,
         /// The HTTP client's error.
         #[source]
-        source: reqwest::Error,
+        source: HttpError,
     },
     /// The agent answered with an error status.
     #[error("{status} from {url}: {kind}: {message}")]
@@ -173,24 +175,14 @@ pub struct Indexed<T> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
+    http: HttpClient,
     base: String,
     token: Option<String>,
 }
 
-/// The innermost error under `e`: reqwest's own message ("error sending request")
-/// hides what happened.
-fn root_cause(e: &reqwest::Error) -> String {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
-    if e.is_timeout() {
-        format!("timed out ({cause})")
-    } else {
-        cause.to_string()
-    }
-}
+/// The largest answer read (a snapshot download of a large cluster is the biggest);
+/// read as it arrives, never allocated from a claimed length.
+const ANSWER_BYTES: usize = 4 << 30;
 
 /// How long a request may take: a blocking read its wait (plus the server's jitter
 /// of up to 1/16) and a margin; anything else a minute (a write during an election
@@ -243,11 +235,13 @@ impl Client {
         } else {
             format!("http://{trimmed}")
         };
-        let url = reqwest::Url::parse(&base).map_err(|e| bad(&e.to_string()))?;
-        if url.host().is_none() {
+        let url: Uri = base
+            .parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
+        if url.host().is_none_or(str::is_empty) {
             return Err(bad("no host"));
         }
-        let config = match (url.scheme(), tls) {
+        let config = match (url.scheme_str().unwrap_or(""), tls) {
             ("http", _) => None,
             ("https", Some(tls)) => {
                 let cert = tls
@@ -265,10 +259,7 @@ impl Client {
             }
             (other, _) => return Err(bad(&format!("{other}:// is not http:// or https://"))),
         };
-        let http = crate::outbound::builder(config.as_deref())
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| bad(&e.to_string()))?;
+        let http = HttpClient::new(config, Duration::from_secs(5));
         Ok(Client { http, base, token })
     }
 
@@ -277,42 +268,66 @@ impl Client {
         &self.base
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .timeout(request_timeout(None));
-        if let Some(t) = &self.token {
-            r = r.header(TOKEN_HEADER, t);
-        }
-        r
-    }
-
-    async fn send(
+    /// `method path?query` with a JSON `body`, answered whole within `timeout`.
+    async fn call(
         &self,
-        req: reqwest::RequestBuilder,
-    ) -> Result<(reqwest::Response, String), ClientError> {
-        let req = req.build().map_err(|e| ClientError::Decode {
-            url: self.base.clone(),
-            reason: e.to_string(),
-        })?;
-        let url = req.url().to_string();
-        let resp = self
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(Answer, String), ClientError> {
+        let mut url = format!("{}{path}", self.base);
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(
+                &form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(query)
+                    .finish(),
+            );
+        }
+        let mut headers = Vec::new();
+        if let Some(t) = &self.token {
+            headers.push((TOKEN_HEADER, t.as_str()));
+        }
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
+        }
+        let body = body.map(Bytes::from).unwrap_or_default();
+        match self
             .http
-            .execute(req)
+            .call(method, &url, &headers, body, ANSWER_BYTES, timeout)
             .await
-            .map_err(|source| ClientError::Transport {
-                url: url.clone(),
-                cause: root_cause(&source),
+        {
+            Ok(answer) => Ok((answer, url)),
+            Err(source) => Err(ClientError::Transport {
+                url,
+                cause: source.to_string(),
                 source,
-            })?;
-        Ok((resp, url))
+            }),
+        }
     }
 
-    async fn error(resp: reqwest::Response, url: String) -> ClientError {
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap_or_default();
-        match serde_json::from_str::<ErrorBody>(&text) {
+    /// A call whose answer must be 200; its body, decoded.
+    async fn call_ok<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<(T, HeaderMap), ClientError> {
+        let (answer, url) = self.call(method, path, query, body, timeout).await?;
+        if answer.status != StatusCode::OK {
+            return Err(Self::error(answer, url));
+        }
+        let value = Self::body(&answer, &url)?;
+        Ok((value, answer.headers))
+    }
+
+    fn error(answer: Answer, url: String) -> ClientError {
+        let status = answer.status.as_u16();
+        match serde_json::from_slice::<ErrorBody>(&answer.body) {
             Ok(body) => ClientError::Api {
                 url,
                 status,
@@ -324,28 +339,21 @@ impl Client {
                 url,
                 status,
                 kind: "Http".into(),
-                message: text,
+                message: String::from_utf8_lossy(&answer.body).into_owned(),
                 index: None,
             },
         }
     }
 
-    async fn body<T: DeserializeOwned>(
-        resp: reqwest::Response,
-        url: &str,
-    ) -> Result<T, ClientError> {
-        let bytes = resp.bytes().await.map_err(|e| ClientError::Decode {
-            url: url.to_string(),
-            reason: e.to_string(),
-        })?;
-        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+    fn body<T: DeserializeOwned>(answer: &Answer, url: &str) -> Result<T, ClientError> {
+        serde_json::from_slice(&answer.body).map_err(|e| ClientError::Decode {
             url: url.to_string(),
             reason: e.to_string(),
         })
     }
 
-    fn index_of(resp: &reqwest::Response) -> u64 {
-        resp.headers()
+    fn index_of(headers: &HeaderMap) -> u64 {
+        headers
             .get(INDEX_HEADER)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
@@ -359,21 +367,20 @@ impl Client {
         extra: &[(&str, &str)],
         opts: ReadOptions,
     ) -> Result<Indexed<Option<T>>, ClientError> {
-        let mut q: Vec<(&str, String)> = opts.query();
-        q.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-        let req = self
-            .request(reqwest::Method::GET, path)
-            .query(&q)
-            .timeout(request_timeout(Some(&opts)));
-        let (resp, url) = self.send(req).await?;
-        let index = Self::index_of(&resp);
-        match resp.status() {
+        let own = opts.query();
+        let mut q: Vec<(&str, &str)> = own.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        q.extend_from_slice(extra);
+        let (answer, url) = self
+            .call(Method::GET, path, &q, None, request_timeout(Some(&opts)))
+            .await?;
+        let index = Self::index_of(&answer.headers);
+        match answer.status {
             StatusCode::OK => Ok(Indexed {
-                value: Some(Self::body(resp, &url).await?),
+                value: Some(Self::body(&answer, &url)?),
                 index,
             }),
             StatusCode::NOT_FOUND => {
-                let e = Self::error(resp, url).await;
+                let e = Self::error(answer, url);
                 // A 404 of a row the API did not find is an answer; one of an unknown
                 // path is an error.
                 if e.kind().is_some_and(|k| k.ends_with("NotFound")) {
@@ -382,7 +389,7 @@ impl Client {
                     Err(e)
                 }
             }
-            _ => Err(Self::error(resp, url).await),
+            _ => Err(Self::error(answer, url)),
         }
     }
 
@@ -679,15 +686,15 @@ impl Client {
         purge: bool,
     ) -> Result<JobWriteResponse, ClientError> {
         let path = format!("/v1/job/{}", path_segment(id));
-        let req = self.request(reqwest::Method::DELETE, &path).query(&[
+        let query = [
             ("namespace", namespace),
             ("purge", if purge { "true" } else { "false" }),
-        ]);
-        let (resp, url) = self.send(req).await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
-        }
-        Self::body(resp, &url).await
+        ];
+        let timeout = request_timeout(None);
+        let (answer, _) = self
+            .call_ok(Method::DELETE, &path, &query, None, timeout)
+            .await?;
+        Ok(answer)
     }
 
     /// `POST /v1/commands`: proposes `command`, answers its index once it committed
@@ -715,29 +722,24 @@ impl Client {
         body: Vec<u8>,
         within: Option<std::time::Duration>,
     ) -> Result<T, ClientError> {
-        let mut req = self
-            .request(reqwest::Method::POST, path)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body);
-        if let Some(t) = within {
-            req = req.timeout(t);
-        }
-        let (resp, url) = self.send(req).await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
-        }
-        Self::body(resp, &url).await
+        let timeout = within.unwrap_or_else(|| request_timeout(None));
+        let (answer, _) = self
+            .call_ok(Method::POST, path, &[], Some(body), timeout)
+            .await?;
+        Ok(answer)
     }
 
     /// `GET /v1/status/leader`: the leader's address, if the server knows one.
     pub async fn leader(&self) -> Result<Option<String>, ClientError> {
-        let (resp, url) = self
-            .send(self.request(reqwest::Method::GET, "/v1/status/leader"))
+        let (s, _): (String, _) = self
+            .call_ok(
+                Method::GET,
+                "/v1/status/leader",
+                &[],
+                None,
+                request_timeout(None),
+            )
             .await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
-        }
-        let s: String = Self::body(resp, &url).await?;
         Ok((!s.is_empty()).then_some(s))
     }
 
@@ -776,22 +778,22 @@ impl Client {
     /// `GET /v1/operator/snapshot`: the whole state as a snapshot file (the store's
     /// `SCHEDSNP` format), with the index it holds. Consistent unless `stale`.
     pub async fn snapshot(&self, stale: bool) -> Result<Indexed<Vec<u8>>, ClientError> {
-        let mut req = self.request(reqwest::Method::GET, "/v1/operator/snapshot");
-        if stale {
-            req = req.query(&[("stale", "")]);
+        let query: &[(&str, &str)] = if stale { &[("stale", "")] } else { &[] };
+        let (answer, url) = self
+            .call(
+                Method::GET,
+                "/v1/operator/snapshot",
+                query,
+                None,
+                request_timeout(None),
+            )
+            .await?;
+        if answer.status != StatusCode::OK {
+            return Err(Self::error(answer, url));
         }
-        let (resp, url) = self.send(req).await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
-        }
-        let index = Self::index_of(&resp);
-        let bytes = resp.bytes().await.map_err(|e| ClientError::Decode {
-            url,
-            reason: e.to_string(),
-        })?;
         Ok(Indexed {
-            value: bytes.to_vec(),
-            index,
+            index: Self::index_of(&answer.headers),
+            value: answer.body.to_vec(),
         })
     }
 
@@ -822,16 +824,20 @@ impl Client {
 
     /// `GET /v1/metrics?format=prometheus`: Prometheus text.
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let (resp, url) = self
-            .send(
-                self.request(reqwest::Method::GET, "/v1/metrics")
-                    .query(&[("format", "prometheus")]),
+        let query = [("format", "prometheus")];
+        let (answer, url) = self
+            .call(
+                Method::GET,
+                "/v1/metrics",
+                &query,
+                None,
+                request_timeout(None),
             )
             .await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
+        if answer.status != StatusCode::OK {
+            return Err(Self::error(answer, url));
         }
-        resp.text().await.map_err(|e| ClientError::Decode {
+        String::from_utf8(answer.body.to_vec()).map_err(|e| ClientError::Decode {
             url,
             reason: e.to_string(),
         })
@@ -906,13 +912,9 @@ impl Client {
     /// revocation.
     pub async fn acl_revoke(&self, accessor: &str) -> Result<u64, ClientError> {
         let path = format!("/v1/acl/token/{}", path_segment(accessor));
-        let (resp, url) = self
-            .send(self.request(reqwest::Method::DELETE, &path))
+        let (w, _): (WriteResponse, _) = self
+            .call_ok(Method::DELETE, &path, &[], None, request_timeout(None))
             .await?;
-        if resp.status() != StatusCode::OK {
-            return Err(Self::error(resp, url).await);
-        }
-        let w: WriteResponse = Self::body(resp, &url).await?;
         Ok(w.index)
     }
 }

@@ -58,6 +58,7 @@ pub use client::{Client, ClientError, ClientTls, Indexed, ReadOptions};
 pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_BYTES};
 pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;
+pub use outbound::HttpError;
 pub use process::{OpenFileLimit, raise_open_file_limit};
 pub use tls::{PeerRole, Tls, TlsError, TlsFiles, TlsOptions};
 pub use transport::{

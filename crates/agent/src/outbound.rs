@@ -1,15 +1,33 @@
 //! The agent's outgoing HTTP — Raft RPCs, reads proxied to the leader, the bootstrap
-//! probe, and the [`Client`](crate::Client) — over one HTTP client library (reqwest)
-//! whose TLS is always a rustls config built here with the `ring` provider: the
-//! server-to-server config (mutual TLS, peers checked for the server role) between
-//! agents, the CLI's config for clients, and a config that trusts nothing for plain
-//! `http://`, so that no process-wide crypto provider is ever needed.
+//! probe, and the [`Client`](crate::Client) — over hyper's HTTP/1.1 client (the same
+//! hyper the server is built on, with hyper-util's connection pool), dialing through
+//! [`Dialer`]: TCP with a connect timeout and `TCP_NODELAY`, then, for `https://`, a
+//! rustls handshake with a config built here with the `ring` provider (the
+//! server-to-server config between agents, the CLI's config for clients), so that no
+//! process-wide crypto provider is ever needed and no second HTTP stack is compiled.
+//!
+//! Answers are read up to a limit the caller gives, never to whatever length they
+//! claim, and every request has an overall deadline ([`HttpClient::call`]).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
+use axum::body::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{HeaderMap, Method, StatusCode, Uri};
+use hyper_util::client::legacy::Client as Pool;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::ClientConfig;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
 
-use crate::tls::{Tls, TlsError, no_tls_client_config};
+use crate::tls::{Tls, TlsError};
 
 /// How one agent dials the others: the scheme and the TLS config.
 #[derive(Clone, Debug)]
@@ -33,16 +51,286 @@ impl PeerDialer {
         if self.tls.is_some() { "https" } else { "http" }
     }
 
-    /// A client builder with this dialer's TLS.
-    pub(crate) fn builder(&self) -> reqwest::ClientBuilder {
-        builder(self.tls.as_deref())
+    /// A client with this dialer's TLS.
+    pub(crate) fn client(&self, connect_timeout: Duration) -> HttpClient {
+        HttpClient::new(self.tls.clone(), connect_timeout)
     }
 }
 
-/// A reqwest builder over `tls` (or a config that trusts nothing, for `http://`).
-pub(crate) fn builder(tls: Option<&ClientConfig>) -> reqwest::ClientBuilder {
-    let config = tls.cloned().unwrap_or_else(no_tls_client_config);
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(config)
-        .https_only(false)
+/// Why a request got no (whole) answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{cause}")]
+pub struct HttpError {
+    kind: HttpErrorKind,
+    cause: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpErrorKind {
+    /// The connection was never made (refused, unreachable, TLS handshake, timeout).
+    Connect,
+    /// The deadline passed.
+    Timeout,
+    /// The request could not be built (a bad URL or header).
+    Request,
+    /// The answer was larger than the caller's limit.
+    TooLarge,
+    /// The connection broke while the request or answer was under way.
+    Io,
+}
+
+impl HttpError {
+    fn new(kind: HttpErrorKind, cause: impl Into<String>) -> HttpError {
+        HttpError {
+            kind,
+            cause: cause.into(),
+        }
+    }
+
+    /// Whether the connection was never made: the request certainly reached nobody.
+    pub fn is_connect(&self) -> bool {
+        self.kind == HttpErrorKind::Connect
+    }
+
+    /// Whether the request's deadline passed (its outcome is unknown).
+    pub fn is_timeout(&self) -> bool {
+        self.kind == HttpErrorKind::Timeout
+    }
+
+    /// Whether the answer was over the caller's limit.
+    pub fn is_too_large(&self) -> bool {
+        self.kind == HttpErrorKind::TooLarge
+    }
+}
+
+/// The innermost cause of `e`: hyper's own message ("client error (Connect)") hides
+/// what happened.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
+/// A whole answer: status, headers, body.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The headers.
+    pub headers: HeaderMap,
+    /// The body, whole.
+    pub body: Bytes,
+}
+
+/// A pooled HTTP/1.1 client. Cheap to clone (clones share connections).
+#[derive(Clone, Debug)]
+pub(crate) struct HttpClient {
+    pool: Pool<Dialer, Full<Bytes>>,
+}
+
+impl HttpClient {
+    /// A client over `tls` (`https://` URLs; `None`: plain `http://` only), giving up
+    /// on a connection after `connect_timeout`. Idle connections are dropped after
+    /// 5 s, below the agents' own idle timeout, so none is reused just as the other
+    /// side closes it.
+    pub(crate) fn new(tls: Option<Arc<ClientConfig>>, connect_timeout: Duration) -> HttpClient {
+        let dialer = Dialer {
+            tls: tls.map(TlsConnector::from),
+            connect_timeout,
+        };
+        let pool = Pool::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(5))
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .build(dialer);
+        HttpClient { pool }
+    }
+
+    /// Sends `method url` with `headers` and `body`, and reads the whole answer, at
+    /// most `limit` bytes of body, all within `deadline`.
+    ///
+    /// # Errors
+    /// [`HttpError`]: no connection, a broken one, the deadline, an answer over
+    /// `limit`, or a URL or header that does not make a request.
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        limit: usize,
+        deadline: Duration,
+    ) -> Result<Answer, HttpError> {
+        let bad = |e: &dyn std::fmt::Display| HttpError::new(HttpErrorKind::Request, e.to_string());
+        let uri: Uri = url.parse().map_err(|e| bad(&e))?;
+        let mut req = hyper::Request::builder().method(method).uri(uri);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let req = req.body(Full::new(body)).map_err(|e| bad(&e))?;
+        let exchange = async {
+            let resp = self.pool.request(req).await.map_err(|e| {
+                let kind = if e.is_connect() {
+                    HttpErrorKind::Connect
+                } else {
+                    HttpErrorKind::Io
+                };
+                HttpError::new(kind, innermost(&e))
+            })?;
+            let (parts, body) = resp.into_parts();
+            let body = Limited::new(body, limit)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        HttpError::new(
+                            HttpErrorKind::TooLarge,
+                            format!("an answer over {limit} bytes"),
+                        )
+                    } else {
+                        HttpError::new(HttpErrorKind::Io, innermost(&*e))
+                    }
+                })?
+                .to_bytes();
+            Ok(Answer {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            })
+        };
+        match tokio::time::timeout(deadline, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(HttpError::new(
+                HttpErrorKind::Timeout,
+                format!("timed out after {} ms", deadline.as_millis()),
+            )),
+        }
+    }
+}
+
+/// Makes the pool's connections: TCP (with a timeout, `TCP_NODELAY`), then TLS for
+/// `https`.
+#[derive(Clone)]
+struct Dialer {
+    tls: Option<TlsConnector>,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialer")
+            .field("tls", &self.tls.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<Uri> for Dialer {
+    type Response = TokioIo<Stream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let dialer = self.clone();
+        Box::pin(async move { dialer.dial(uri).await })
+    }
+}
+
+impl Dialer {
+    async fn dial(self, uri: Uri) -> Result<TokioIo<Stream>, BoxError> {
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            other => return Err(format!("unsupported scheme {other:?}").into()),
+        };
+        let host = uri.host().ok_or("no host in the URL")?;
+        // `[::1]` in a URL, `::1` to connect and to name the server.
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tcp = tokio::time::timeout(
+            self.connect_timeout,
+            TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "connecting to {host}:{port} timed out after {} ms",
+                self.connect_timeout.as_millis()
+            )
+        })??;
+        tcp.set_nodelay(true)?;
+        if !https {
+            return Ok(TokioIo::new(Stream::Plain(tcp)));
+        }
+        let Some(tls) = self.tls else {
+            return Err("https:// without a TLS configuration".into());
+        };
+        let name = rustls_pki_types::ServerName::try_from(host)?;
+        let tls = tokio::time::timeout(self.connect_timeout, tls.connect(name, tcp))
+            .await
+            .map_err(|_| "the TLS handshake timed out")??;
+        Ok(TokioIo::new(Stream::Tls(Box::new(tls))))
+    }
+}
+
+/// A connection of the pool: plain TCP or TLS over it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
 }

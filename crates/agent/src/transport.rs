@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use hyper::Method;
 use schedstate_raft::wire::{RpcAnswer, RpcRequest, Transport};
 use schedstate_raft::{NodeId, RpcFailure};
 
 use crate::cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey};
-use crate::outbound::PeerDialer;
+use crate::outbound::{HttpClient, PeerDialer};
 use crate::tls::{Tls, TlsError};
 
 /// The path of the Raft RPC endpoint.
@@ -25,7 +25,7 @@ pub use schedstate_raft::wire::MAX_RPC_BYTES;
 /// One server's way to the others over HTTP. Cheap to clone (a pooled client).
 #[derive(Clone, Debug)]
 pub struct HttpTransport {
-    http: reqwest::Client,
+    http: HttpClient,
     key: Option<ClusterKey>,
     scheme: &'static str,
 }
@@ -42,14 +42,7 @@ impl HttpTransport {
         tls: Option<&Tls>,
     ) -> Result<HttpTransport, TransportError> {
         let dialer = PeerDialer::new(tls)?;
-        let http = dialer
-            .builder()
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            // Below the agents' idle timeout, so a pooled connection is not reused
-            // just as the other side closes it.
-            .pool_idle_timeout(Duration::from_secs(5))
-            .build()?;
+        let http = dialer.client(Duration::from_secs(2));
         Ok(HttpTransport {
             http,
             key,
@@ -64,19 +57,11 @@ pub enum TransportError {
     /// The TLS material cannot make a server-to-server config.
     #[error("TLS between servers: {0}")]
     Tls(#[from] TlsError),
-    /// The HTTP client could not be built.
-    #[error("http client: {0}")]
-    Http(#[from] reqwest::Error),
 }
 
-/// The innermost cause (reqwest's own message says only "error sending request").
-fn root(e: &reqwest::Error) -> String {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
-    cause.to_string()
-}
+/// How long one RPC may take, whole: an append of a full batch or a snapshot chunk
+/// to a server that fsyncs (a paused server must not hold its caller longer).
+const RPC_DEADLINE: Duration = Duration::from_secs(10);
 
 impl Transport for HttpTransport {
     async fn call(
@@ -93,37 +78,37 @@ impl Transport for HttpTransport {
             return Err(request.too_large(target, body.len()));
         }
         let signed = self.key.as_ref().map(|key| key.sign_request(&body));
-        let mut req = self
-            .http
-            .post(format!("{}://{addr}{RAFT_RPC_PATH}", self.scheme))
-            .header(reqwest::header::CONTENT_TYPE, RAFT_RPC_CONTENT_TYPE);
+        let mut headers = vec![("content-type", RAFT_RPC_CONTENT_TYPE)];
         if let Some((header, _)) = &signed {
-            req = req.header(CLUSTER_AUTH_HEADER, header.as_str());
+            headers.push((CLUSTER_AUTH_HEADER, header.as_str()));
         }
-        let body_mac = signed.map(|(_, mac)| mac);
-        let resp = req
-            .body(body)
-            .send()
+        // An answer is read up to the limit, never to whatever length it claims.
+        let answer = self
+            .http
+            .call(
+                Method::POST,
+                &format!("{}://{addr}{RAFT_RPC_PATH}", self.scheme),
+                &headers,
+                body.into(),
+                MAX_RPC_BYTES,
+                RPC_DEADLINE,
+            )
             .await
-            .map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
-        let status = resp.status();
-        let mac = resp
-            .headers()
+            .map_err(|e| {
+                if e.is_too_large() {
+                    protocol(format!("{addr}: {e}"))
+                } else {
+                    unreachable(format!("{addr}: {e}"))
+                }
+            })?;
+        let body_mac = signed.map(|(_, mac)| mac);
+        let status = answer.status;
+        let mac = answer
+            .headers
             .get(CLUSTER_AUTH_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        // An answer is read up to the limit, never to whatever length it claims.
-        let mut bytes = Vec::new();
-        let mut chunks = resp.bytes_stream();
-        while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|e| unreachable(format!("{addr}: {}", root(&e))))?;
-            if bytes.len() + chunk.len() > MAX_RPC_BYTES {
-                return Err(protocol(format!(
-                    "{addr}: an answer over {MAX_RPC_BYTES} bytes"
-                )));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let bytes = answer.body;
         if !status.is_success() {
             return Err(protocol(format!(
                 "{addr} answered {status}: {}",

@@ -20,6 +20,14 @@ const CONFIRM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The largest body of a proxied request.
 const PROXIED_BODY_BYTES: usize = 64 << 10;
 
+/// The largest answer relayed from the leader (a snapshot download of a large
+/// cluster is the biggest); read as it arrives, never allocated from a claimed length.
+const PROXIED_ANSWER_BYTES: usize = 4 << 30;
+
+/// Beyond a blocking read's longest wait (plus the server's jitter), how long a
+/// proxied request may take: the leader's answer, a snapshot download.
+const PROXIED_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Marks a request a follower proxied to the leader.
 const PROXIED_HEADER: &str = "X-Schedstate-Proxied";
 
@@ -74,15 +82,6 @@ pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: N
     }
 }
 
-/// The innermost cause of a client error (reqwest's own message hides it).
-pub(crate) fn root_cause(e: &reqwest::Error) -> String {
-    let mut cause: &dyn std::error::Error = e;
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
-    cause.to_string()
-}
-
 /// Sends `req` to the leader at `addr` and relays its answer.
 async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
     let (parts, body) = req.into_parts();
@@ -99,51 +98,42 @@ async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
                 .into_response();
         }
     };
-    let mut out = st
-        .proxy
-        .request(
-            parts.method.clone(),
-            format!("{}://{addr}{path}", st.dialer.scheme()),
-        )
-        .header(PROXIED_HEADER, "1")
-        .body(body);
+    let url = format!("{}://{addr}{path}", st.dialer.scheme());
+    let mut headers = vec![(PROXIED_HEADER, "1")];
     for name in [
-        header::AUTHORIZATION,
-        header::CONTENT_TYPE,
-        header::HeaderName::from_static("x-nomad-token"),
-        header::HeaderName::from_static("x-schedstate-token"),
+        "authorization",
+        "content-type",
+        "x-nomad-token",
+        "x-schedstate-token",
     ] {
-        if let Some(v) = parts.headers.get(&name) {
-            out = out.header(name, v);
+        if let Some(v) = parts.headers.get(name).and_then(|v| v.to_str().ok()) {
+            headers.push((name, v));
         }
     }
-    let answer = match out.send().await {
+    let deadline = st.max_wait + st.max_wait / 16 + PROXIED_MARGIN;
+    let answer = match st
+        .proxy
+        .call(
+            parts.method.clone(),
+            &url,
+            &headers,
+            body,
+            PROXIED_ANSWER_BYTES,
+            deadline,
+        )
+        .await
+    {
         Ok(a) => a,
         Err(e) => {
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
-                format!("the leader at {addr} did not answer: {}", root_cause(&e)),
+                format!("the leader at {addr} gave no whole answer: {e}"),
             )
             .into_response();
         }
     };
-    let status = answer.status();
-    let headers = answer.headers().clone();
-    let bytes = match answer.bytes().await {
-        Ok(b) => b,
-        Err(e) => {
-            return ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Unavailable",
-                format!(
-                    "the leader at {addr} broke off its answer: {}",
-                    root_cause(&e)
-                ),
-            )
-            .into_response();
-        }
-    };
+    let (status, headers, bytes) = (answer.status, answer.headers, answer.body);
     let mut resp = Response::new(Body::from(bytes));
     *resp.status_mut() = status;
     for (name, value) in &headers {

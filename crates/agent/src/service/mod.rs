@@ -42,7 +42,7 @@ pub(crate) struct Service {
     pub max_wait: Duration,
     pub heartbeat: Duration,
     /// For proxying consistent reads to the leader.
-    pub proxy: reqwest::Client,
+    pub proxy: crate::outbound::HttpClient,
     /// How the proxy dials the leader (scheme, TLS).
     pub dialer: PeerDialer,
     /// Turns `true` when the agent stops: blocking queries and streams end.

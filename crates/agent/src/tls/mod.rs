@@ -690,18 +690,5 @@ impl ServerCertVerifier for ServerRoleVerifier {
     }
 }
 
-/// A client config for plain `http://` use: no roots, so no TLS peer is ever
-/// trusted with it. The HTTP client needs some rustls config even when it never
-/// dials TLS, and must not fall back to a process-wide provider.
-pub(crate) fn no_tls_client_config() -> ClientConfig {
-    ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map(|b| {
-            b.with_root_certificates(RootCertStore::empty())
-                .with_no_client_auth()
-        })
-        .expect("ring supports the default protocol versions")
-}
-
 #[cfg(test)]
 mod tests;
