@@ -59,7 +59,7 @@ pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_
 pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;
 pub use outbound::HttpError;
-pub use process::{OpenFileLimit, raise_open_file_limit};
+pub use process::{OpenFileLimit, free_loopback_ports, raise_open_file_limit};
 pub use tls::{PeerRole, Tls, TlsError, TlsFiles, TlsOptions};
 pub use transport::{
     HttpTransport, MAX_RPC_BYTES, RAFT_RPC_CONTENT_TYPE, RAFT_RPC_PATH, TransportError,

@@ -55,3 +55,19 @@ pub fn raise_open_file_limit() -> std::io::Result<OpenFileLimit> {
         hard: lim.rlim_max as u64,
     })
 }
+
+/// `n` distinct ports free on loopback now: each bound at once (so none is handed out
+/// twice), then released for the agents to take. The one place tests, benchmarks and
+/// the cluster demo pick ports; another process may still take one in between, which
+/// the agent then reports as a bind error naming it.
+///
+/// # Errors
+/// The error of a bind (no free port) or of reading its address.
+pub fn free_loopback_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    held.iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}

@@ -47,14 +47,7 @@ pub fn ports(dir: &Path, n: usize) -> Result<Vec<u16>, CliError> {
     let ports = if n <= PREFERRED.len() + 4 && preferred.iter().all(free) {
         preferred
     } else {
-        let held: Vec<std::net::TcpListener> = (0..n)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| err(format!("no free port: {e}")))?;
-        held.iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| err(format!("no free port: {e}")))?
+        schedstate_agent::free_loopback_ports(n).map_err(|e| err(format!("no free port: {e}")))?
     };
     // The cluster's directory holds its key and the agents' logs: owner only.
     let mut builder = std::fs::DirBuilder::new();

@@ -88,12 +88,7 @@ pub fn warn_if_stale(bin: &Path, out: &Out) {
 
 /// `n` ports free on loopback now (released again for the agents to bind).
 fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().expect("its address").port())
-        .collect()
+    schedstate_agent::free_loopback_ports(n).expect("free loopback ports")
 }
 
 /// The agents; every process is killed (SIGKILL) and reaped when this is dropped,

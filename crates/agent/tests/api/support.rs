@@ -15,12 +15,7 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Free loopback ports (bound, then released for the agents to take).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let held: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    held.iter()
-        .map(|l| l.local_addr().expect("its address").port())
-        .collect()
+    schedstate_agent::free_loopback_ports(n).expect("free loopback ports")
 }
 
 /// A plain HTTP client for raw requests. reqwest is built here without a TLS provider
