@@ -190,3 +190,26 @@ pub(crate) async fn read_json<T: DeserializeOwned + Default>(
     serde_json::from_slice(&body.bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not a valid request: {e}")))
 }
+
+/// Reads a write's JSON body (up to the write limit), which must not be empty:
+/// `what` names what it must be ("a command"), `example` shows one.
+pub(crate) async fn read_write_json<T: DeserializeOwned>(
+    st: &Service,
+    headers: &HeaderMap,
+    body: Body,
+    what: &str,
+    example: &str,
+) -> Result<T, ApiError> {
+    let rule = BodyRule {
+        limit: st.limits.write_body_bytes,
+        content_type: "application/json",
+    };
+    let body = read_body(st, headers, body, &rule).await?;
+    if body.bytes.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "the body is empty: send {what} as JSON, like {example}"
+        )));
+    }
+    serde_json::from_slice(&body.bytes)
+        .map_err(|e| ApiError::bad_request(format!("the body is not {what}: {e}")))
+}

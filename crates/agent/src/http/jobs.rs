@@ -26,7 +26,7 @@ use schedstate::model::Job;
 use schedstate::state::{Command, Table};
 use serde::Deserialize;
 
-use super::body::{BodyRule, read_body};
+use super::body::read_write_json;
 use super::error::ApiError;
 use super::listing::Listing;
 use super::query::{Checked, Params};
@@ -151,18 +151,14 @@ async fn read_register(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<RegisterRequest, ApiError> {
-    let rule = BodyRule {
-        limit: st.limits.write_body_bytes,
-        content_type: "application/json",
-    };
-    let body = read_body(st, headers, body, &rule).await?;
-    if body.bytes.is_empty() {
-        return Err(ApiError::bad_request(
-            "the body is empty: send the job as {\"Job\": {\"ID\": …, \"TaskGroups\": […]}}",
-        ));
-    }
-    serde_json::from_slice(&body.bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a job registration: {e}")))
+    read_write_json(
+        st,
+        headers,
+        body,
+        "a job registration",
+        "{\"Job\": {\"ID\": …, \"TaskGroups\": […]}}",
+    )
+    .await
 }
 
 /// The job a register body carries, checked against what the store can do and the

@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::state::Command;
 
-use super::body::{BodyRule, read_body};
+use super::body::read_write_json;
 use super::error::ApiError;
 use super::query::Checked;
 use super::{AppState, json};
@@ -33,18 +33,14 @@ const COMMIT_WAIT: Duration = Duration::from_secs(30);
 
 /// Reads the body as one command.
 async fn read_command(st: &Service, headers: &HeaderMap, body: Body) -> Result<Command, ApiError> {
-    let rule = BodyRule {
-        limit: st.limits.write_body_bytes,
-        content_type: "application/json",
-    };
-    let body = read_body(st, headers, body, &rule).await?;
-    if body.bytes.is_empty() {
-        return Err(ApiError::bad_request(
-            "the body is empty: send one command as JSON, like {\"UpsertNode\": {\"node\": {…}}}",
-        ));
-    }
-    serde_json::from_slice(&body.bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a command: {e}")))
+    read_write_json(
+        st,
+        headers,
+        body,
+        "a command",
+        "{\"UpsertNode\": {\"node\": {…}}}",
+    )
+    .await
 }
 
 pub(crate) async fn command(
