@@ -12,13 +12,14 @@
 //! store); it decodes with the same `Input` reader as the other targets.
 #![no_main]
 
-use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use schedstate::engine::PMap;
 use schedstate_fuzz::harness::input::Input;
 
-type Model = BTreeMap<Vec<u8>, u64>;
+#[path = "../../crates/engine/tests/engine/pmap_check.rs"]
+mod pmap_check;
+use pmap_check::{Model, check_range, within};
 
 /// Operations per input, at most.
 const MAX_OPS: usize = 512;
@@ -157,8 +158,10 @@ impl Run<'_> {
             }
             9 => {
                 let (lo, hi) = (self.bound(), self.bound());
-                let pattern = self.input.byte();
-                check_range(&self.map, &self.model, &lo, &hi, pattern);
+                // Front (bit set) or back (bit clear), the byte's bits cycled.
+                let byte = self.input.byte();
+                let pattern: Vec<bool> = (0..8).map(|i| byte >> i & 1 == 1).collect();
+                check_range(&self.map, &self.model, &lo, &hi, &pattern);
             }
             10 => {
                 for k in self.run_keys() {
@@ -215,101 +218,8 @@ impl Run<'_> {
     }
 }
 
-fn within(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    let above = match lo {
-        Bound::Unbounded => true,
-        Bound::Included(b) => k >= b.as_slice(),
-        Bound::Excluded(b) => k > b.as_slice(),
-    };
-    let below = match hi {
-        Bound::Unbounded => true,
-        Bound::Included(b) => k <= b.as_slice(),
-        Bound::Excluded(b) => k < b.as_slice(),
-    };
-    above && below
-}
-
-fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match b {
-        Bound::Unbounded => Bound::Unbounded,
-        Bound::Included(k) => Bound::Included(k),
-        Bound::Excluded(k) => Bound::Excluded(k),
-    }
-}
-
-/// Reads the range from the front (bit set) and the back (bit clear) as the bits of
-/// `pattern` say, cycled, comparing every entry with the model.
-fn check_range(
-    map: &PMap<u64>,
-    model: &Model,
-    lo: &Bound<Vec<u8>>,
-    hi: &Bound<Vec<u8>>,
-    pattern: u8,
-) {
-    let mut expected: VecDeque<(&[u8], u64)> = model
-        .iter()
-        .filter(|(k, _)| within(k, lo, hi))
-        .map(|(k, v)| (k.as_slice(), *v))
-        .collect();
-    let mut it = map.range((as_ref(lo), as_ref(hi)));
-    for step in 0.. {
-        let front = pattern >> (step % 8) & 1 == 1;
-        let (got, want) = if front {
-            (it.next(), expected.pop_front())
-        } else {
-            (it.next_back(), expected.pop_back())
-        };
-        assert_eq!(got.map(|(k, v)| (k, *v)), want, "range {lo:?}..{hi:?}");
-        if want.is_none() {
-            break;
-        }
-    }
-    assert_eq!(it.next(), None, "range {lo:?}..{hi:?}: exhausted");
-    assert_eq!(it.next_back(), None, "range {lo:?}..{hi:?}: exhausted");
-}
-
-/// Everything observable of `map` equals `model`: its structure, length and entries
-/// in order; then, from the back, gets of up to 512 keys spread over it, and ranges.
-/// (Linear, not quadratic, so that large inputs keep the fuzzer fast.)
+/// Everything observable of `map` equals `model`, with gets and ranges sampled over
+/// at most 512 keys (linear: large inputs keep the fuzzer fast).
 fn check_same(map: &PMap<u64>, model: &Model) {
-    if let Err(e) = map.check_invariants() {
-        panic!("invariants: {e}");
-    }
-    assert_eq!(map.len(), model.len());
-    assert_eq!(map.is_empty(), model.is_empty());
-    assert!(
-        map.iter()
-            .map(|(k, v)| (k, *v))
-            .eq(model.iter().map(|(k, v)| (k.as_slice(), *v))),
-        "iteration"
-    );
-    assert!(
-        map.iter()
-            .rev()
-            .map(|(k, v)| (k, *v))
-            .eq(model.iter().rev().map(|(k, v)| (k.as_slice(), *v))),
-        "reverse iteration"
-    );
-    let step = model.len() / 512 + 1;
-    for (k, v) in model.iter().step_by(step) {
-        assert_eq!(map.get(k), Some(v), "get {k:?}");
-    }
-    let keys: Vec<&Vec<u8>> = model.keys().step_by(step).collect();
-    if keys.len() >= 2 {
-        let (a, b) = (keys[keys.len() / 3], keys[2 * keys.len() / 3]);
-        check_range(
-            map,
-            model,
-            &Bound::Included(a.clone()),
-            &Bound::Excluded(b.clone()),
-            0b101,
-        );
-        check_range(
-            map,
-            model,
-            &Bound::Excluded(a.clone()),
-            &Bound::Included(b.clone()),
-            0b001,
-        );
-    }
+    pmap_check::check_same(map, model, 512);
 }

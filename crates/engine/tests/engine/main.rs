@@ -6,6 +6,11 @@ mod blocking;
 mod concurrency;
 mod model;
 mod pmap;
+mod pmap_check;
+
+/// The map `pmap_check` compares (it names it through its parent, as the fuzz target
+/// that includes it does).
+use schedstate_engine::PMap;
 mod registry;
 mod savepoint;
 mod support;

@@ -6,7 +6,6 @@
 //! 64 cases by default; `PROPTEST_CASES=1000 cargo test -p schedstate-engine --test
 //! engine pmap` runs more.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 
 use proptest::collection::vec;
@@ -15,7 +14,12 @@ use proptest::sample::select;
 use proptest::test_runner::Config;
 use schedstate_engine::PMap;
 
-type Model = BTreeMap<Vec<u8>, u64>;
+use crate::pmap_check::{Model, as_ref, check_range, within};
+
+/// Every check compares every key.
+fn check_same(map: &PMap<u64>, model: &Model) {
+    crate::pmap_check::check_same(map, model, usize::MAX);
+}
 
 /// Shared key prefixes, 0 to 60 bytes, some prefixes of others, with 0x00 and 0xFF.
 fn prefixes() -> Vec<Vec<u8>> {
@@ -159,94 +163,6 @@ fn many_keys(prefix: usize, start: u32, count: u32, stride: u32, order: Order) -
             [p.as_slice(), &c.to_be_bytes()].concat()
         })
         .collect()
-}
-
-fn within(k: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>) -> bool {
-    let above = match lo {
-        Bound::Unbounded => true,
-        Bound::Included(b) => k >= b.as_slice(),
-        Bound::Excluded(b) => k > b.as_slice(),
-    };
-    let below = match hi {
-        Bound::Unbounded => true,
-        Bound::Included(b) => k <= b.as_slice(),
-        Bound::Excluded(b) => k < b.as_slice(),
-    };
-    above && below
-}
-
-fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match b {
-        Bound::Unbounded => Bound::Unbounded,
-        Bound::Included(k) => Bound::Included(k),
-        Bound::Excluded(k) => Bound::Excluded(k),
-    }
-}
-
-/// Reads `map.range(lo, hi)` from the front and the back as `pattern` says, and
-/// compares every entry with the model.
-fn check_range(
-    map: &PMap<u64>,
-    model: &Model,
-    lo: &Bound<Vec<u8>>,
-    hi: &Bound<Vec<u8>>,
-    pattern: &[bool],
-) {
-    let mut expected: VecDeque<(&[u8], u64)> = model
-        .iter()
-        .filter(|(k, _)| within(k, lo, hi))
-        .map(|(k, v)| (k.as_slice(), *v))
-        .collect();
-    let mut it = map.range((as_ref(lo), as_ref(hi)));
-    for &front in pattern.iter().cycle() {
-        let (got, want) = if front {
-            (it.next(), expected.pop_front())
-        } else {
-            (it.next_back(), expected.pop_back())
-        };
-        assert_eq!(
-            got.map(|(k, v)| (k, *v)),
-            want,
-            "range {lo:?}..{hi:?}, from the {}",
-            if front { "front" } else { "back" }
-        );
-        if want.is_none() {
-            break;
-        }
-    }
-    assert_eq!(it.next(), None, "range {lo:?}..{hi:?}: exhausted");
-    assert_eq!(it.next_back(), None, "range {lo:?}..{hi:?}: exhausted");
-}
-
-/// Everything observable of `map` equals `model`.
-fn check_same(map: &PMap<u64>, model: &Model) {
-    if let Err(e) = map.check_invariants() {
-        panic!("invariants: {e}");
-    }
-    assert_eq!(map.len(), model.len());
-    assert_eq!(map.is_empty(), model.is_empty());
-    let got: Vec<(&[u8], u64)> = map.iter().map(|(k, v)| (k, *v)).collect();
-    let want: Vec<(&[u8], u64)> = model.iter().map(|(k, v)| (k.as_slice(), *v)).collect();
-    assert_eq!(got, want, "iteration");
-    let back: Vec<(&[u8], u64)> = map.iter().rev().map(|(k, v)| (k, *v)).collect();
-    assert!(back.iter().eq(want.iter().rev()), "reverse iteration");
-    for (k, v) in model {
-        assert_eq!(map.get(k), Some(v), "get {k:?}");
-    }
-    assert_eq!(map.first().map(|(k, v)| (k, *v)), want.first().copied());
-    assert_eq!(map.last().map(|(k, v)| (k, *v)), want.last().copied());
-    // A few ranges between stored keys.
-    let keys: Vec<&Vec<u8>> = model.keys().collect();
-    if keys.len() >= 2 {
-        let (a, b) = (keys[keys.len() / 3], keys[2 * keys.len() / 3]);
-        for (lo, hi) in [
-            (Bound::Included(a.clone()), Bound::Excluded(b.clone())),
-            (Bound::Excluded(a.clone()), Bound::Included(b.clone())),
-            (Bound::Included(b.clone()), Bound::Unbounded),
-        ] {
-            check_range(map, model, &lo, &hi, &[true, false, true]);
-        }
-    }
 }
 
 struct Run {
