@@ -334,3 +334,151 @@ impl AsyncWrite for Stream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A loopback server answering each connection's first request with `answer`
+    /// (after `delay`); its address.
+    async fn server(answer: &'static [u8], delay: Duration) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    tokio::time::sleep(delay).await;
+                    let _ = conn.write_all(answer).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        format!("http://{addr}/x")
+    }
+
+    fn client() -> HttpClient {
+        HttpClient::new(None, Duration::from_secs(1))
+    }
+
+    #[tokio::test]
+    async fn a_whole_answer_comes_back_with_status_headers_and_body() {
+        let url = server(
+            b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Thing: 7\r\n\r\nhello",
+            Duration::ZERO,
+        )
+        .await;
+        let a = client()
+            .call(
+                Method::GET,
+                &url,
+                &[("x-schedstate-token", "t")],
+                Bytes::new(),
+                64,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status, StatusCode::CREATED);
+        assert_eq!(a.headers["x-thing"], "7");
+        assert_eq!(&a.body[..], b"hello");
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_limit_is_refused_whatever_length_it_claims() {
+        let url = server(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789",
+            Duration::ZERO,
+        )
+        .await;
+        let e = client()
+            .call(
+                Method::GET,
+                &url,
+                &[],
+                Bytes::new(),
+                10,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_too_large(), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_does_not_answer_is_a_timeout_within_the_deadline() {
+        let url = server(b"HTTP/1.1 200 OK\r\n\r\n", Duration::from_secs(30)).await;
+        let start = std::time::Instant::now();
+        let e = client()
+            .call(
+                Method::GET,
+                &url,
+                &[],
+                Bytes::new(),
+                64,
+                Duration::from_millis(300),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_timeout() && !e.is_connect(), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        // A port just released: nothing listens there.
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let e = client()
+            .call(
+                Method::GET,
+                &format!("http://127.0.0.1:{port}/"),
+                &[],
+                Bytes::new(),
+                64,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_connect(), "{e}");
+        assert!(e.to_string().to_lowercase().contains("refused"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn https_without_a_tls_config_and_bad_urls_are_refused() {
+        // A server that is up: what refuses is the missing TLS configuration.
+        let url = server(b"HTTP/1.1 200 OK\r\n\r\n", Duration::ZERO)
+            .await
+            .replace("http://", "https://");
+        let e = client()
+            .call(
+                Method::GET,
+                &url,
+                &[],
+                Bytes::new(),
+                64,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_connect() && e.to_string().contains("TLS"), "{e}");
+        let e = client()
+            .call(
+                Method::GET,
+                "not a url",
+                &[],
+                Bytes::new(),
+                64,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap_err();
+        assert!(!e.is_connect() && !e.is_timeout(), "{e}");
+    }
+}
