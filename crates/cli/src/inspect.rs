@@ -1,12 +1,18 @@
-//! `inspect [--verify]`: formats, indexes, row counts and files of a data directory.
+//! `inspect [--verify] [--json]`: formats, indexes, row counts and files of a data
+//! directory — an embedded store's here, a replicated server's in `inspect_server.rs`.
+
+use std::path::PathBuf;
 
 use clap::Args;
 use schedstate::persist::{SNAPSHOT_VERSION, WAL_VERSION, list_files};
+use schedstate::state::StateSnapshot;
 use schedstate::{StateStore, Table};
+use serde::Serialize;
 
 use crate::DataDir;
 use crate::output::{
-    CliError, align_right, bytes, emit, err, key_values, open_read, render, table, thousands,
+    CliError, align_right, bytes, emit, emit_json, err, key_values, open_read, render, table,
+    thousands,
 };
 
 /// Arguments of `inspect`.
@@ -18,12 +24,14 @@ pub struct InspectArgs {
     /// trip; exit non-zero on a problem (checksums are checked by loading).
     #[arg(long)]
     pub verify: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Every check `--verify` runs beyond loading: the invariants, and that the state
 /// written as a snapshot reads back equal.
-fn verify(store: &StateStore) -> Result<(), CliError> {
-    let snap = store.snapshot();
+pub(crate) fn verify(snap: &StateSnapshot) -> Result<(), CliError> {
     snap.view()
         .check_invariants()
         .map_err(|v| err(format!("verify failed: {v}")))?;
@@ -41,13 +49,121 @@ fn verify(store: &StateStore) -> Result<(), CliError> {
     }
 }
 
-/// `inspect [--verify]`.
+/// What `--verify` found, in the JSON output.
+#[derive(Debug, Serialize)]
+pub(crate) struct VerifyJson {
+    /// Every check passed.
+    pub ok: bool,
+    /// The first problem, if one.
+    pub problem: Option<String>,
+}
+
+/// Runs `--verify` (if asked) for the JSON output: its result, and the error to exit
+/// with after printing it.
+pub(crate) fn verify_json(
+    asked: bool,
+    snap: &StateSnapshot,
+) -> (Option<VerifyJson>, Result<(), CliError>) {
+    if !asked {
+        return (None, Ok(()));
+    }
+    let result = verify(snap);
+    let json = VerifyJson {
+        ok: result.is_ok(),
+        problem: result.as_ref().err().map(|e| e.0.clone()),
+    };
+    (Some(json), result)
+}
+
+/// One table in the JSON output (the same shape for both kinds of directory).
+#[derive(Debug, Serialize)]
+struct TableJson {
+    name: &'static str,
+    index: u64,
+    rows: u64,
+}
+
+/// One file in the JSON output (the same shape for both kinds of directory).
+#[derive(Debug, Serialize)]
+struct FileJson {
+    name: String,
+    kind: &'static str,
+    bytes: u64,
+    version: Option<u32>,
+}
+
+/// A torn tail in the JSON output.
+#[derive(Debug, Serialize)]
+struct TornJson {
+    file: PathBuf,
+    offset: u64,
+    bytes: u64,
+}
+
+/// `inspect --json` of an embedded store's directory.
+#[derive(Debug, Serialize)]
+struct StoreJson {
+    kind: &'static str,
+    dir: PathBuf,
+    last_applied: u64,
+    latest_index: u64,
+    snapshot_index: Option<u64>,
+    replayed: u64,
+    segments: usize,
+    torn_tail: Option<TornJson>,
+    tables: Vec<TableJson>,
+    files: Vec<FileJson>,
+    verify: Option<VerifyJson>,
+}
+
+/// `inspect [--verify] [--json]`: a replicated server's directory (a Raft log) or an
+/// embedded store's.
 pub fn run(args: &InspectArgs) -> Result<(), CliError> {
+    if schedstate_raft::is_server_dir(&args.data.dir) {
+        return crate::inspect_server::run(args);
+    }
     let dir = &args.data.dir;
     let (store, report) = open_read(dir)?;
     let files = list_files(dir)?;
     let snap = store.snapshot();
     let v = snap.view();
+
+    if args.json {
+        let (verify, result) = verify_json(args.verify, &snap);
+        emit_json(&StoreJson {
+            kind: "store",
+            dir: dir.clone(),
+            last_applied: report.last_applied,
+            latest_index: v.latest_index(),
+            snapshot_index: report.snapshot_index,
+            replayed: report.replayed,
+            segments: report.segments.len(),
+            torn_tail: report.torn_tail.as_ref().map(|t| TornJson {
+                file: t.path.clone(),
+                offset: t.offset,
+                bytes: t.bytes,
+            }),
+            tables: Table::ALL
+                .iter()
+                .map(|t| TableJson {
+                    name: t.name(),
+                    index: v.table_index(*t),
+                    rows: v.row_count(*t) as u64,
+                })
+                .collect(),
+            files: files
+                .iter()
+                .map(|f| FileJson {
+                    name: f.name.clone(),
+                    kind: f.kind.describe(),
+                    bytes: f.size,
+                    version: f.version,
+                })
+                .collect(),
+            verify,
+        })?;
+        return result;
+    }
 
     let versions = |kind: &str| -> String {
         let mut found: Vec<u32> = files
@@ -135,7 +251,7 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
     if args.verify {
         // Print what was found first, so a failure comes with the context.
         emit(&out)?;
-        verify(&store)?;
+        verify(&snap)?;
         return emit(&format!(
             "\nVerify: ok (checksums of {} file(s) checked while loading; every invariant \
              holds; the state survives a snapshot round trip)\n",

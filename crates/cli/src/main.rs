@@ -3,8 +3,9 @@
 //! `job status`, `inspect`, `snapshot save` / `snapshot restore`), and `repair` for one that no
 //! longer opens.
 //!
-//! Read commands load the directory with `DurableStore::open_read_only`: they take no
-//! lock and change no file, so they work while a demo is writing. The status commands
+//! Read commands load the directory with `DurableStore::open_read_only` (`inspect` an
+//! agent's with `schedstate_raft::inspect_dir`): they take no lock and change no file,
+//! so they work while a demo or an agent is writing. The status commands
 //! also read from a running agent instead (`--address URL` or `SCHEDSTATE_ADDR`, with
 //! `--token-file` or `SCHEDSTATE_TOKEN`; `--ca-cert` for https), with the same output (`source.rs`). Errors are
 //! one line on stderr (`error: …`) and exit code 1; usage errors are clap's (exit
@@ -18,6 +19,7 @@ mod cluster_demo;
 mod connect;
 mod demo;
 mod inspect;
+mod inspect_server;
 mod job_status;
 mod operator_cmd;
 mod output;
@@ -103,7 +105,9 @@ enum Top {
     /// Write a new random cluster key to FILE (mode 0600, never overwriting), to give
     /// every server of a cluster with --cluster-key-file.
     Keygen(agent_cmd::KeygenArgs),
-    /// Formats, indexes, row counts and files of a data directory.
+    /// Formats, indexes, row counts and files of a data directory: an embedded store's,
+    /// or a replicated server's (its Raft log and snapshots; read-only, also while the
+    /// agent runs).
     Inspect(inspect::InspectArgs),
     /// Cut a data directory that no longer opens (damage in its log or snapshot) back
     /// to its last provable state; the damaged files move to DIR/damaged-N.

@@ -47,7 +47,8 @@ fn one_line(s: &str) -> String {
 pub fn refuse_server_dir(dir: &Path) -> Result<(), CliError> {
     if schedstate_raft::is_server_dir(dir) {
         return Err(err(format!(
-            "{} is a replicated server's directory (a Raft log), not a store's: read it through its agent (--address http://HOST:PORT; start one with `schedstate agent --data {}`)",
+            "{} is a replicated server's directory (a Raft log), not a store's: read it through its agent (--address http://HOST:PORT; start one with `schedstate agent --data {}`), or look inside with `schedstate inspect --data {}`",
+            dir.display(),
             dir.display(),
             dir.display()
         )));

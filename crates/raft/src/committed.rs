@@ -68,20 +68,24 @@ fn decode(bytes: &[u8]) -> Result<LogId<NodeId>, &'static str> {
 /// Reads the pointer saved in `dir`; `None` if there is none or it is unreadable
 /// (which only means re-applying less after this restart).
 pub(crate) fn read(dir: &Path) -> Option<LogId<NodeId>> {
-    let path = committed_path(dir);
-    match std::fs::read(&path) {
-        Ok(bytes) => match decode(&bytes) {
-            Ok(id) => Some(id),
-            Err(why) => {
-                tracing::warn!(path = %path.display(), why, "raft log: committed pointer ignored");
-                None
-            }
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "raft log: committed pointer unreadable");
+    match read_checked(dir) {
+        Ok(id) => id,
+        Err(why) => {
+            tracing::warn!(path = %committed_path(dir).display(), why, "raft log: committed pointer ignored");
             None
         }
+    }
+}
+
+/// Reads the pointer saved in `dir`: `Ok(None)` if there is none (no file, or the
+/// empty file a log creates before its first commit), `Err` with the reason if it
+/// cannot be used (unreadable, torn, not a pointer). Reads only.
+pub(crate) fn read_checked(dir: &Path) -> Result<Option<LogId<NodeId>>, String> {
+    match std::fs::read(committed_path(dir)) {
+        Ok(bytes) if bytes.is_empty() => Ok(None),
+        Ok(bytes) => decode(&bytes).map(Some).map_err(str::to_string),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("unreadable: {e}")),
     }
 }
 

@@ -16,6 +16,9 @@
 //! - [`Network`]: how a server reaches the others — the in-process [`Router`] (drop,
 //!   delay, partition) for tests, or [`TcpNetwork`] with a [`TcpEndpoint`] serving the
 //!   RPCs (length-prefixed postcard frames on pooled connections).
+//! - [`inspect_dir`]: a server's data directory read without opening it — the newest
+//!   snapshot, the log's range, the vote, the committed pointer and the state they
+//!   restore to — read-only, safe while the server runs (`schedstate inspect`).
 //! - [`Server`]: the handle — [`propose`](Server::propose),
 //!   [`propose_or_forward`](Server::propose_or_forward), consistent and stale reads,
 //!   blocking queries on every server, membership.
@@ -69,7 +72,9 @@ mod batcher;
 mod committed;
 mod error;
 pub mod inbound;
+pub mod inspect;
 mod log_format;
+mod log_scan;
 mod log_store;
 mod membership;
 mod network;
@@ -90,6 +95,7 @@ use schedstate::state::Command;
 
 pub use committed::RAFT_COMMITTED_MAGIC;
 pub use error::{ClusterError, OpenError, ProposeError};
+pub use inspect::{ServerDirReport, inspect_dir};
 pub use log_format::{
     RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION, is_server_dir,
 };

@@ -297,6 +297,19 @@ impl RaftMeta {
         Ok(out)
     }
 
+    /// Reads the metadata file of `dir`; `None` if there is none (a new log).
+    ///
+    /// # Errors
+    /// The file's I/O error, or its damage (see [`decode`](Self::decode)).
+    pub(crate) fn read(dir: &Path) -> Result<Option<RaftMeta>, PersistError> {
+        let path = meta_path(dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => RaftMeta::decode(&path, &bytes).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(PersistError::Io { path, source }),
+        }
+    }
+
     pub(crate) fn decode(path: &Path, bytes: &[u8]) -> Result<RaftMeta, PersistError> {
         let corrupt = |offset: u64, reason: &str| PersistError::Corrupt {
             path: path.to_path_buf(),

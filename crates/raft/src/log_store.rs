@@ -38,15 +38,15 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
 use parking_lot::{Condvar, Mutex};
 use schedstate::persist::segment::{
-    self, SegmentWriter, create_dir_all, remove_file_durably, scan_segment, write_file_atomically,
+    self, SegmentWriter, create_dir_all, remove_file_durably, write_file_atomically,
 };
 use schedstate::persist::{DirLock, PersistError};
 
 use crate::committed::{self, CommittedFile};
 use crate::log_format::{
-    RAFT_LOG_FORMAT, RAFT_LOG_VERSION, RaftMeta, RaftRecord, decode_record, meta_path,
-    parse_segment_name, segment_name,
+    RAFT_LOG_FORMAT, RAFT_LOG_VERSION, RaftMeta, RaftRecord, meta_path, segment_name,
 };
+use crate::log_scan::scan_log;
 use crate::{Entry, NodeId, TypeConfig};
 
 /// How the log is kept on disk.
@@ -206,136 +206,47 @@ impl LogStore {
         }
         // One server per directory, across processes and within one.
         let lock = DirLock::acquire(dir)?;
-        let meta_file = meta_path(dir);
-        let meta = match std::fs::read(&meta_file) {
-            Ok(bytes) => RaftMeta::decode(&meta_file, &bytes)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => RaftMeta::default(),
-            Err(source) => {
-                return Err(PersistError::Io {
-                    path: meta_file,
-                    source,
-                });
-            }
-        };
+        let meta = RaftMeta::read(dir)?.unwrap_or_default();
         // Positions: a record's position is its Raft index + 1 (a Raft log starts at
         // index 0, the initial membership), so position 0 means "nothing before".
         let purged = meta.last_purged().map_or(0, |l| l.index + 1);
-
-        let mut seqs = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(|source| PersistError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })? {
-            let entry = entry.map_err(|source| PersistError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-            if let Some(seq) = entry.file_name().to_str().and_then(parse_segment_name) {
-                seqs.push(seq);
-            }
-        }
-        seqs.sort_unstable();
+        let scanned = scan_log(dir, purged)?;
 
         let mut report = LogOpenReport {
             permissions_fixed,
             ..LogOpenReport::default()
         };
-        let mut entries: VecDeque<Slot> = VecDeque::new();
         let mut segments = BTreeMap::new();
-        let mut last_index: Option<u64> = None;
         let mut tail: Option<(u64, u64, u64)> = None; // (seq, valid_len, last index)
         let mut older = BTreeSet::new();
-        for (i, &seq) in seqs.iter().enumerate() {
-            let path = dir.join(segment_name(seq));
-            let is_last = i + 1 == seqs.len();
-            let seg_last = std::cell::Cell::new(None::<u64>);
-            let seg_prev = std::cell::Cell::new(0u64);
-            let scan = scan_segment(
-                &RAFT_LOG_FORMAT,
-                &path,
-                is_last,
-                |hseq, prev| {
-                    if hseq != seq {
-                        return Err(PersistError::Corrupt {
-                            path: path.clone(),
-                            offset: 12,
-                            reason: format!("header says segment {hseq}, file name says {seq}"),
-                        });
-                    }
-                    if let Some(last) = last_index
-                        && prev != last
-                    {
-                        return Err(PersistError::MissingSegment {
-                            path: path.clone(),
-                            reason: format!(
-                                "segment starts after index {prev}, but the log before it ends at {last}"
-                            ),
-                        });
-                    }
-                    seg_prev.set(prev);
-                    seg_last.set(Some(prev));
-                    Ok(())
-                },
-                |version, payload| decode_record(version, payload).map_err(|e| e.to_string()),
-                |rec| {
-                    let expected = seg_last.get().map_or(1, |l| l + 1);
-                    if rec.value.index + 1 != expected {
-                        return Err(PersistError::Corrupt {
-                            path: path.clone(),
-                            offset: rec.offset,
-                            reason: format!(
-                                "log index {} where {} was expected",
-                                rec.value.index,
-                                expected - 1
-                            ),
-                        });
-                    }
-                    seg_last.set(Some(rec.value.index + 1));
-                    if rec.value.index + 1 > purged {
-                        let entry = rec.value.into_entry();
-                        entries.push_back(Slot {
-                            log_id: entry.log_id,
-                            entry: Some(entry),
-                            seq,
-                            offset: rec.offset,
-                            len: rec.end - rec.offset,
-                        });
-                    }
-                    Ok(())
-                },
-            )?;
-            if scan.torn_header {
+        for seg in &scanned.segments {
+            report.torn_bytes += seg.scan.torn_bytes;
+            if seg.scan.torn_header {
                 // A crash while creating the segment: it never held a record.
-                remove_file_durably(&path)?;
-                report.torn_bytes += scan.torn_bytes;
+                remove_file_durably(&seg.path)?;
                 continue;
             }
-            report.torn_bytes += scan.torn_bytes;
-            segments.insert(seq, seg_prev.get());
-            if scan.version < RAFT_LOG_VERSION {
-                older.insert(seq);
+            segments.insert(seg.seq, seg.scan.prev_index);
+            if seg.scan.version < RAFT_LOG_VERSION {
+                older.insert(seg.seq);
             }
-            last_index = seg_last.get();
-            tail = Some((
-                seq,
-                scan.valid_len,
-                seg_last.get().unwrap_or(seg_prev.get()),
-            ));
+            tail = Some((seg.seq, seg.scan.valid_len, seg.last));
         }
-        // The log starts after the purge point, or where its first segment starts
-        // (an empty log may begin at any index, e.g. right after a snapshot).
-        let start = purged.max(segments.values().next().copied().unwrap_or(0));
-        if let Some(first) = entries.front()
-            && first.log_id.index + 1 != start + 1
-        {
-            return Err(PersistError::MissingSegment {
-                path: dir.to_path_buf(),
-                reason: format!(
-                    "the log resumes at index {} after position {start}",
-                    first.log_id.index
-                ),
-            });
-        }
+        let next_seq = scanned.segments.last().map_or(1, |s| s.seq + 1);
+        let entries: VecDeque<Slot> = scanned
+            .records
+            .into_iter()
+            .map(|r| {
+                let entry = r.record.into_entry();
+                Slot {
+                    log_id: entry.log_id,
+                    entry: Some(entry),
+                    seq: r.seq,
+                    offset: r.offset,
+                    len: r.len,
+                }
+            })
+            .collect();
         report.entries = entries.len() as u64;
 
         let writer = match tail {
@@ -361,7 +272,7 @@ impl LogStore {
                 }
             }
             None => {
-                let seq = seqs.last().map_or(1, |s| s + 1);
+                let seq = next_seq;
                 let w = SegmentWriter::create(
                     &RAFT_LOG_FORMAT,
                     dir.join(segment_name(seq)),

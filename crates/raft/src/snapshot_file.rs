@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use openraft::{BasicNode, SnapshotMeta};
-use schedstate::persist::PersistError;
-use schedstate::state::StateSnapshot;
+use schedstate::persist::{PersistError, SnapshotHeader};
+use schedstate::state::{StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
@@ -139,4 +139,89 @@ pub(crate) fn decode<'b>(
         snapshot_id: record.snapshot_id,
     };
     Ok((meta, &bytes[16 + len + 4..]))
+}
+
+/// Restores the replicated snapshot `bytes`, read from the file `path`, into `store`:
+/// its header checked, then the store's stream (format, checksums, every invariant;
+/// the store is unchanged on error). Returns the Raft metadata and the stream's
+/// header. Errors name `path` and the offset in the file, not in the stream.
+pub(crate) fn restore(
+    path: &Path,
+    bytes: &[u8],
+    store: &StateStore,
+) -> Result<(SnapshotMeta<NodeId, BasicNode>, SnapshotHeader), PersistError> {
+    let (meta, mut body) = decode(path, bytes)?;
+    let base = (bytes.len() - body.len()) as u64;
+    let header = store
+        .restore_from(&mut body)
+        .map_err(|e| in_file(e, path, base))?;
+    Ok((meta, header))
+}
+
+/// `e`, an error of the store's stream that starts at offset `base` of the file
+/// `path`, as an error of the file.
+fn in_file(e: PersistError, path: &Path, base: u64) -> PersistError {
+    let file = path.to_path_buf();
+    match e {
+        PersistError::Checksum { offset, what, .. } => PersistError::Checksum {
+            path: file,
+            offset: base + offset,
+            what,
+        },
+        PersistError::Corrupt { offset, reason, .. } => PersistError::Corrupt {
+            path: file,
+            offset: base + offset,
+            reason,
+        },
+        PersistError::Io { source, .. } => PersistError::Corrupt {
+            path: file,
+            offset: base,
+            reason: format!("the store's snapshot stream: {source}"),
+        },
+        PersistError::BadMagic { .. } => PersistError::Corrupt {
+            path: file,
+            offset: base,
+            reason: "the store's snapshot stream does not start with SCHEDSNP".into(),
+        },
+        PersistError::UnsupportedVersion {
+            version, supported, ..
+        } => PersistError::UnsupportedVersion {
+            path: file,
+            version,
+            supported,
+        },
+        PersistError::BrokenInvariant { violation, .. } => PersistError::BrokenInvariant {
+            path: file,
+            violation,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damage_in_the_stream_is_named_with_the_file_and_its_offset() {
+        let store = StateStore::new();
+        let meta = SnapshotMeta::<NodeId, BasicNode>::default();
+        let mut bytes = encode(&meta, &store.snapshot()).unwrap();
+        let path = Path::new("/data/snap-00000000000000000000.rsnap");
+        let (_, header) = restore(path, &bytes, &StateStore::new()).unwrap();
+        assert_eq!(header.last_applied, 0);
+
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        let e = restore(path, &bytes, &StateStore::new()).unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with(&format!("{}: ", path.display())), "{text}");
+        match e {
+            PersistError::Checksum { offset, .. } | PersistError::Corrupt { offset, .. } => {
+                let (_, body) = decode(path, &bytes).unwrap();
+                assert!(offset >= (bytes.len() - body.len()) as u64, "{text}");
+            }
+            other => panic!("{other}"),
+        }
+    }
 }

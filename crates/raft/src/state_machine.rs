@@ -19,7 +19,7 @@ use openraft::{
 use parking_lot::Mutex;
 use schedstate::persist::PersistError;
 use schedstate::persist::segment::{remove_file_durably, write_file_atomically};
-use schedstate::state::{StateError, StateSnapshot, StateStore};
+use schedstate::state::{Commit, StateError, StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::observe::{ApplyEvent, ApplyObserver};
@@ -85,8 +85,7 @@ impl StateMachine {
                 path: path.clone(),
                 source,
             })?;
-            let (meta, mut body) = snapshot_file::decode(&path, &bytes)?;
-            sm.store.restore_from(&mut body)?;
+            let (meta, _) = snapshot_file::restore(&path, &bytes, &sm.store)?;
             let mut a = sm.applied.lock();
             a.last = meta.last_log_id;
             a.membership = meta.last_membership.clone();
@@ -154,23 +153,7 @@ impl StateMachine {
         proposal: &Proposal,
     ) -> Result<ApplyResponse, StorageError<NodeId>> {
         let started = Instant::now();
-        // A stale index is not a refusal: it means the log and the state disagree,
-        // which must stop this server.
-        let (commit, refused) = match proposal.commands.as_slice() {
-            [one] => match self.store.apply(index, one) {
-                Ok(commit) => (Some(commit), vec![None]),
-                Err(e @ StateError::StaleIndex { .. }) => return Err(sm_err(e)),
-                Err(refused) => (None, vec![Some(refused)]),
-            },
-            many => {
-                let outcome = self
-                    .store
-                    .apply_batch(index, many.iter().map(|c| &**c))
-                    .map_err(sm_err)?;
-                let refused = outcome.results.into_iter().map(Result::err).collect();
-                (outcome.commit, refused)
-            }
-        };
+        let (commit, refused) = apply_proposal_to(&self.store, index, proposal).map_err(sm_err)?;
         if let Some(observer) = &self.observer {
             observer.tell(&ApplyEvent::Applied {
                 index,
@@ -181,6 +164,32 @@ impl StateMachine {
             });
         }
         Ok(ApplyResponse { refused })
+    }
+}
+
+/// Applies a proposal's commands to `store` at `index`, as every server does: one
+/// alone, several as a batch (one transaction, each command kept or undone on its
+/// own). Returns the write, if any, and per command the rule that refused it.
+///
+/// # Errors
+/// [`StateError::StaleIndex`]: not a refusal, but the log and the state disagreeing,
+/// which must stop a server (nothing applied).
+pub(crate) fn apply_proposal_to(
+    store: &StateStore,
+    index: u64,
+    proposal: &Proposal,
+) -> Result<(Option<Commit>, Vec<Option<StateError>>), StateError> {
+    match proposal.commands.as_slice() {
+        [one] => match store.apply(index, one) {
+            Ok(commit) => Ok((Some(commit), vec![None])),
+            Err(e @ StateError::StaleIndex { .. }) => Err(e),
+            Err(refused) => Ok((None, vec![Some(refused)])),
+        },
+        many => {
+            let outcome = store.apply_batch(index, many.iter().map(|c| &**c))?;
+            let refused = outcome.results.into_iter().map(Result::err).collect();
+            Ok((outcome.commit, refused))
+        }
     }
 }
 

@@ -78,13 +78,31 @@ impl ProcCluster {
     }
 
     async fn start_with(n: usize, token: Option<&str>, tls: bool) -> ProcCluster {
+        let mut c = ProcCluster::prepare(n, token, tls);
+        for i in 0..n {
+            c.restart(i);
+        }
+        let leader = c.wait_leader().await;
+        if let Some(secret) = &c.token {
+            c.client(leader)
+                .acl_bootstrap(Some(secret))
+                .await
+                .unwrap_or_else(|e| panic!("ACL bootstrap: {e}\n{}", c.logs()));
+        }
+        c
+    }
+
+    /// Everything `n` agents need (ports, the cluster key, with TLS the CA and
+    /// certificates), none of them started: [`restart`](Self::restart) starts agent
+    /// `i`, on a data directory prepared meanwhile if wanted.
+    pub fn prepare(n: usize, token: Option<&str>, tls: bool) -> ProcCluster {
         let mut c = ProcCluster {
             root: tempfile::Builder::new()
                 .prefix("schedstate-agents-")
                 .tempdir()
                 .expect("temp dir"),
             ports: free_ports(n),
-            procs: Vec::new(),
+            procs: (0..n).map(|_| None).collect(),
             token: token.map(str::to_string),
             ca: None,
         };
@@ -97,17 +115,6 @@ impl ProcCluster {
             c.ca = Some(ca);
         }
         schedstate_agent::ClusterKey::write_new(&c.key_file()).expect("cluster key");
-        for i in 0..n {
-            let p = c.spawn(i);
-            c.procs.push(Some(p));
-        }
-        let leader = c.wait_leader().await;
-        if let Some(secret) = &c.token {
-            c.client(leader)
-                .acl_bootstrap(Some(secret))
-                .await
-                .unwrap_or_else(|e| panic!("ACL bootstrap: {e}\n{}", c.logs()));
-        }
         c
     }
 

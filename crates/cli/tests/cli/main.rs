@@ -4,6 +4,7 @@
 
 mod agent_procs;
 mod cluster;
+mod inspect_server;
 mod nomad_compat;
 mod readme;
 mod remote;
@@ -334,6 +335,13 @@ fn demo_then_status_commands_match_the_store() {
     assert_eq!(count("jobs"), jobs.len() as u64);
     assert!(inspect.contains("Verify: ok"), "{inspect}");
     assert!(key_values(&inspect).iter().any(|(k, _)| k == "Torn Tail"));
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", "--json", "--verify", "--data", dir.arg()])).unwrap();
+    assert_eq!(json["kind"], "store");
+    assert_eq!(json["last_applied"], last_applied);
+    assert_eq!(json["tables"][0]["name"], "nodes");
+    assert_eq!(json["tables"][0]["rows"], 12);
+    assert_eq!(json["verify"]["ok"], true);
 }
 
 #[test]
@@ -466,15 +474,28 @@ fn a_replicated_servers_directory_is_refused_and_left_alone() {
         &["repair"],
         &["snapshot", "restore", "/dev/null/x"],
     ];
-    for cmd in READ_COMMANDS.iter().chain(&writes) {
+    let refused = READ_COMMANDS.iter().filter(|c| c[0] != "inspect");
+    for cmd in refused.chain(&writes) {
         let (args, e) = fails_on(cmd, &dir);
         assert!(
-            e.contains("is a replicated server's directory") && e.contains("--address"),
+            e.contains("is a replicated server's directory")
+                && e.contains("--address")
+                && e.contains("schedstate inspect"),
             "{args:?}: {e}"
         );
     }
+    // inspect reads it as the server's it is: an empty segment is one being created.
+    let out = ok(&["inspect", "--data", dir.arg()]);
+    assert!(
+        value(&out, "Kind").starts_with("replicated server"),
+        "{out}"
+    );
+    assert!(
+        value(&out, "Torn Tail").contains("a segment being created"),
+        "{out}"
+    );
     let after = file_names(dir.path());
-    assert_eq!(before, after, "a refused command wrote into the directory");
+    assert_eq!(before, after, "a command wrote into the directory");
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 mod forged;
 mod golden;
+mod inspect;
 mod log_files;
 mod membership;
 mod support;

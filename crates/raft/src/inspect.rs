@@ -1,0 +1,653 @@
+//! Reading a server's data directory without opening it — what `schedstate inspect`
+//! shows: the newest snapshot (its Raft metadata and the tables it holds), the log's
+//! range and segments, the vote and purge point, the committed pointer, and the state
+//! a restart would serve before hearing from a leader: the snapshot with the committed
+//! entries after it replayed.
+//!
+//! Read-only, and safe on a directory a running server holds: it takes no lock, opens
+//! every file for reading only, writes, truncates and creates nothing (a
+//! [`LogStore::open`](crate::LogStore::open) would cut a torn tail, remove a torn
+//! segment header and start a new segment after an older format's). A torn tail of the
+//! last segment is reported as such — usually a record being appended while it was
+//! read. A file that a running server replaced or removed while it was read (a purge,
+//! a new snapshot) makes the reading start over, a few times at most.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use openraft::{BasicNode, EntryPayload, LogId, StoredMembership};
+use schedstate::persist::PersistError;
+use schedstate::state::{StateSnapshot, StateStore, Table};
+use serde::Serialize;
+
+use crate::NodeId;
+use crate::committed::{self, committed_path};
+use crate::log_format::{RAFT_LOG_MAGIC, RAFT_META_MAGIC, RaftMeta, meta_path, parse_segment_name};
+use crate::log_scan::{ScannedLog, scan_log};
+use crate::snapshot_file::{self, RAFT_SNAPSHOT_MAGIC, parse_snapshot_name, snapshot_files};
+use crate::state_machine::apply_proposal_to;
+
+/// A Raft log id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LogIdInfo {
+    /// The entry's index.
+    pub index: u64,
+    /// The term of the leader that wrote it.
+    pub term: u64,
+    /// That leader.
+    pub leader: NodeId,
+}
+
+impl From<LogId<NodeId>> for LogIdInfo {
+    fn from(l: LogId<NodeId>) -> Self {
+        LogIdInfo {
+            index: l.index,
+            term: l.leader_id.term,
+            leader: l.leader_id.node_id,
+        }
+    }
+}
+
+/// The vote in the metadata file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VoteInfo {
+    /// The term.
+    pub term: u64,
+    /// The server voted for (this one, if it stood).
+    pub node: NodeId,
+    /// Whether a quorum granted it (the server named led the term).
+    pub committed: bool,
+}
+
+/// One member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberInfo {
+    /// Its id.
+    pub id: NodeId,
+    /// Its address.
+    pub address: String,
+    /// A voter (else a learner).
+    pub voter: bool,
+}
+
+/// A membership configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MembershipInfo {
+    /// The entry that set it (`None`: none yet, a new server).
+    pub log_id: Option<LogIdInfo>,
+    /// The voter sets: one, or two during a joint change.
+    pub voters: Vec<Vec<NodeId>>,
+    /// Every member, voters and learners, by id.
+    pub members: Vec<MemberInfo>,
+}
+
+impl From<&StoredMembership<NodeId, BasicNode>> for MembershipInfo {
+    fn from(m: &StoredMembership<NodeId, BasicNode>) -> Self {
+        let voters: Vec<Vec<NodeId>> = m
+            .membership()
+            .get_joint_config()
+            .iter()
+            .map(|c| c.iter().copied().collect())
+            .collect();
+        let voting: BTreeSet<NodeId> = voters.iter().flatten().copied().collect();
+        MembershipInfo {
+            log_id: m.log_id().map(LogIdInfo::from),
+            voters,
+            members: m
+                .membership()
+                .nodes()
+                .map(|(id, n)| MemberInfo {
+                    id: *id,
+                    address: n.addr.clone(),
+                    voter: voting.contains(id),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One table of a state: its table index (the write index of its last change) and
+/// its rows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableInfo {
+    /// The table's name ([`Table::name`]).
+    pub name: &'static str,
+    /// Its table index.
+    pub index: u64,
+    /// Its rows.
+    pub rows: u64,
+}
+
+fn tables(snap: &StateSnapshot) -> Vec<TableInfo> {
+    let v = snap.view();
+    Table::ALL
+        .iter()
+        .map(|t| TableInfo {
+            name: t.name(),
+            index: v.table_index(*t),
+            rows: v.row_count(*t) as u64,
+        })
+        .collect()
+}
+
+/// The newest snapshot file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotInfo {
+    /// The file.
+    pub file: PathBuf,
+    /// Its size.
+    pub bytes: u64,
+    /// Its format version (`SCHEDRSN`).
+    pub version: u32,
+    /// The format version of the store's snapshot inside it (`SCHEDSNP`).
+    pub store_version: u32,
+    /// The snapshot's id (the last applied index and a build counter).
+    pub snapshot_id: String,
+    /// The last log entry it includes.
+    pub last_log_id: Option<LogIdInfo>,
+    /// The membership in force at that entry.
+    pub membership: MembershipInfo,
+    /// The store's last applied write index (entries that changed no table — a
+    /// leader's blank entry, a membership change, a refused command — do not move it).
+    pub last_applied: u64,
+    /// Its tables.
+    pub tables: Vec<TableInfo>,
+}
+
+/// One log segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SegmentInfo {
+    /// The file.
+    pub file: PathBuf,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its format version (`SCHEDRFT`).
+    pub version: u32,
+    /// Records in it (purged ones included).
+    pub records: u64,
+    /// The index of its first record, if it holds any.
+    pub first_index: Option<u64>,
+    /// The index of its last whole record, if it holds any.
+    pub last_index: Option<u64>,
+    /// Its size on disk, a torn tail included.
+    pub bytes: u64,
+}
+
+/// Bytes at the end of the last segment that are not a whole record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TornTail {
+    /// The segment.
+    pub file: PathBuf,
+    /// Where the partial record (or header) starts.
+    pub offset: u64,
+    /// How many bytes it has.
+    pub bytes: u64,
+    /// The segment's header itself is partial: a segment being created.
+    pub header: bool,
+}
+
+/// The log on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LogInfo {
+    /// The segments in order (one whose header is torn is in `torn_tail` only).
+    pub segments: Vec<SegmentInfo>,
+    /// The bytes of every segment.
+    pub bytes: u64,
+    /// The first entry after the purge point.
+    pub first: Option<LogIdInfo>,
+    /// The last whole entry.
+    pub last: Option<LogIdInfo>,
+    /// Entries after the purge point.
+    pub entries: u64,
+    /// The index the next entry appended would have.
+    pub next_index: u64,
+    /// The purge point (the last entry removed, or skipped, as a snapshot holds it).
+    pub purged: Option<LogIdInfo>,
+    /// Records at or before the purge point still on disk (skipped).
+    pub purged_records: u64,
+    /// A partial record at the end of the last segment, if any.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// What the committed pointer (`raft-committed`) says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CommittedInfo {
+    /// No pointer (no file, or the empty one a log starts with): nothing after the
+    /// snapshot is known to be committed here (a server that never committed an
+    /// entry, or a directory of a build before the pointer).
+    Absent,
+    /// It names an entry of the log: every entry up to it is committed.
+    InLog {
+        /// The entry.
+        log_id: LogIdInfo,
+    },
+    /// It names an entry before the log's first (purged: the snapshot holds it).
+    BeforeLog {
+        /// The entry.
+        log_id: LogIdInfo,
+    },
+    /// A server ignores it, and so does this reading: why (a torn write, an entry the
+    /// log does not hold).
+    Ignored {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl CommittedInfo {
+    /// The committed log id it gives, if any.
+    pub fn log_id(&self) -> Option<LogIdInfo> {
+        match self {
+            CommittedInfo::InLog { log_id } | CommittedInfo::BeforeLog { log_id } => Some(*log_id),
+            CommittedInfo::Absent | CommittedInfo::Ignored { .. } => None,
+        }
+    }
+}
+
+/// The state a restart would serve before hearing from a leader: the snapshot, then
+/// the committed entries after it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateInfo {
+    /// The last entry applied (the snapshot's, or the last one replayed).
+    pub last_applied: Option<LogIdInfo>,
+    /// Entries replayed after the snapshot.
+    pub replayed: u64,
+    /// Commands among them that the rules refused (committed no-ops, as on every
+    /// server).
+    pub refused: u64,
+    /// Entries in the log after the last applied one: not known to be committed here
+    /// (a leader may have committed them since, or a new one may replace them).
+    pub not_known_committed: u64,
+    /// The membership in force at the last applied entry.
+    pub membership: MembershipInfo,
+    /// The store's last applied write index.
+    pub latest_index: u64,
+    /// Its tables.
+    pub tables: Vec<TableInfo>,
+    /// The state itself (for checks such as the invariants).
+    #[serde(skip)]
+    pub snapshot: StateSnapshot,
+}
+
+/// One entry of the directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerFile {
+    /// Its file name.
+    pub name: String,
+    /// What it is: `raft log segment`, `raft metadata`, `committed pointer`,
+    /// `raft snapshot`, `lock`, `temporary`, `folder` or `other`.
+    pub kind: &'static str,
+    /// Its size (0 for a folder).
+    pub bytes: u64,
+    /// The format version in its header, for a file of ours that has one.
+    pub version: Option<u32>,
+}
+
+/// What a replicated server's data directory holds; see the [module](self).
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerDirReport {
+    /// The directory.
+    pub dir: PathBuf,
+    /// The vote, if one was cast.
+    pub vote: Option<VoteInfo>,
+    /// The log.
+    pub log: LogInfo,
+    /// The committed pointer.
+    pub committed: CommittedInfo,
+    /// The newest snapshot, if any.
+    pub snapshot: Option<SnapshotInfo>,
+    /// The snapshot's state with the committed entries after it replayed.
+    pub state: StateInfo,
+    /// Every entry of the directory, by name.
+    pub files: Vec<ServerFile>,
+}
+
+/// Reads the server's data directory `dir` without changing anything; see the
+/// [module](self).
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let report = schedstate_raft::inspect_dir(dir.path()).unwrap();
+/// assert!(report.snapshot.is_none() && report.log.entries == 0);
+/// assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing created");
+/// ```
+///
+/// # Errors
+/// A [`PersistError`] naming the file, and the offset where it applies, of damage: a
+/// segment, the metadata or a snapshot that does not read, a missing segment, entries
+/// missing between the snapshot and the log, an entry that does not replay.
+/// [`PersistError::NotADirectory`] if `dir` is not a directory.
+pub fn inspect_dir(dir: &Path) -> Result<ServerDirReport, PersistError> {
+    if !dir.is_dir() {
+        return Err(PersistError::NotADirectory {
+            path: dir.to_path_buf(),
+        });
+    }
+    let mut attempts = 0;
+    loop {
+        let before = fingerprint(dir);
+        match read_once(dir) {
+            Ok(report) => return Ok(report),
+            Err(e) => {
+                attempts += 1;
+                // A running server may have replaced or removed a file meanwhile;
+                // damage reads the same again.
+                if attempts >= 5 || fingerprint(dir) == before {
+                    return Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(20 * attempts));
+            }
+        }
+    }
+}
+
+/// Names, sizes and modification times of the directory's entries.
+fn fingerprint(dir: &Path) -> Vec<(OsString, u64, Option<SystemTime>)> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| {
+            let meta = e.metadata().ok();
+            (
+                e.file_name(),
+                meta.as_ref().map_or(0, std::fs::Metadata::len),
+                meta.and_then(|m| m.modified().ok()),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// One reading of the directory. The order matters on a live directory: the snapshot
+/// first, then the committed pointer (it only ever names an entry that was durable in
+/// the log when written, so the log read after it holds that entry unless a purge
+/// took it: then the snapshot does), then the metadata and the log.
+fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
+    let store = StateStore::new();
+    let snapshot = match snapshot_files(dir)?.pop() {
+        None => None,
+        Some((_, path)) => Some(read_snapshot(&path, &store)?),
+    };
+    let pointer = committed::read_checked(dir);
+    let meta = RaftMeta::read(dir)?.unwrap_or_default();
+    let purged = meta.last_purged();
+    let scanned = scan_log(dir, purged.map_or(0, |l| l.index + 1))?;
+    let log = log_info(&scanned, purged);
+
+    let committed = match pointer {
+        Ok(None) => CommittedInfo::Absent,
+        Err(reason) => CommittedInfo::Ignored { reason },
+        Ok(Some(c)) => {
+            let first = scanned.records.first().map(|r| r.record.index);
+            let at = first
+                .and_then(|f| c.index.checked_sub(f))
+                .and_then(|pos| scanned.records.get(usize::try_from(pos).ok()?))
+                .map(|r| r.record.log_id());
+            if at == Some(c) {
+                CommittedInfo::InLog { log_id: c.into() }
+            } else if first.is_none_or(|f| c.index < f) {
+                CommittedInfo::BeforeLog { log_id: c.into() }
+            } else {
+                CommittedInfo::Ignored {
+                    reason: format!(
+                        "it names index {} of term {}, an entry the log does not hold",
+                        c.index, c.leader_id.term
+                    ),
+                }
+            }
+        }
+    };
+
+    let state = replay(dir, &store, snapshot.as_ref(), &scanned, &committed)?;
+    let files = list_files(dir, &scanned, snapshot.as_ref())?;
+    Ok(ServerDirReport {
+        dir: dir.to_path_buf(),
+        vote: meta.vote.map(|(term, node, committed)| VoteInfo {
+            term,
+            node,
+            committed,
+        }),
+        log,
+        committed,
+        snapshot: snapshot.map(|(info, _)| info),
+        state,
+        files,
+    })
+}
+
+/// The snapshot file `path`, restored into `store`; its summary and membership.
+fn read_snapshot(
+    path: &Path,
+    store: &StateStore,
+) -> Result<(SnapshotInfo, StoredMembership<NodeId, BasicNode>), PersistError> {
+    let bytes = std::fs::read(path).map_err(|source| PersistError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (meta, header) = snapshot_file::restore(path, &bytes, store)?;
+    let (_, body) = snapshot_file::decode(path, &bytes)?;
+    let info = SnapshotInfo {
+        file: path.to_path_buf(),
+        bytes: bytes.len() as u64,
+        version: u32_at(&bytes, 8).unwrap_or_default(),
+        store_version: u32_at(body, 8).unwrap_or_default(),
+        snapshot_id: meta.snapshot_id.clone(),
+        last_log_id: meta.last_log_id.map(LogIdInfo::from),
+        membership: MembershipInfo::from(&meta.last_membership),
+        last_applied: header.last_applied,
+        tables: tables(&store.snapshot()),
+    };
+    Ok((info, meta.last_membership))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    let b = bytes.get(at..at + 4)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn log_info(scanned: &ScannedLog, purged: Option<LogId<NodeId>>) -> LogInfo {
+    let mut segments = Vec::new();
+    let mut torn_tail = None;
+    for s in &scanned.segments {
+        let bytes = s.scan.valid_len + s.scan.torn_bytes;
+        if s.scan.torn_bytes > 0 || s.scan.torn_header {
+            torn_tail = Some(TornTail {
+                file: s.path.clone(),
+                offset: s.scan.valid_len,
+                bytes: s.scan.torn_bytes,
+                header: s.scan.torn_header,
+            });
+        }
+        if s.scan.torn_header {
+            continue;
+        }
+        // Positions are Raft indexes + 1: the first record's index is the header's
+        // previous position.
+        let range = (s.records > 0).then(|| (s.scan.prev_index, s.last - 1));
+        segments.push(SegmentInfo {
+            file: s.path.clone(),
+            seq: s.seq,
+            version: s.scan.version,
+            records: s.records,
+            first_index: range.map(|r| r.0),
+            last_index: range.map(|r| r.1),
+            bytes,
+        });
+    }
+    let first = scanned.records.first().map(|r| r.record.log_id().into());
+    let last: Option<LogIdInfo> = scanned.records.last().map(|r| r.record.log_id().into());
+    LogInfo {
+        bytes: scanned
+            .segments
+            .iter()
+            .map(|s| s.scan.valid_len + s.scan.torn_bytes)
+            .sum(),
+        segments,
+        first,
+        last,
+        entries: scanned.records.len() as u64,
+        next_index: last.map_or(scanned.start, |l| l.index + 1),
+        purged: purged.map(LogIdInfo::from),
+        purged_records: scanned.purged_records,
+        torn_tail,
+    }
+}
+
+/// Replays the committed entries after the snapshot into `store` (which holds the
+/// snapshot's state), as the state machine applies them.
+fn replay(
+    dir: &Path,
+    store: &StateStore,
+    snapshot: Option<&(SnapshotInfo, StoredMembership<NodeId, BasicNode>)>,
+    scanned: &ScannedLog,
+    committed: &CommittedInfo,
+) -> Result<StateInfo, PersistError> {
+    let mut last_applied = snapshot.and_then(|(s, _)| s.last_log_id);
+    let mut membership = snapshot.map(|(_, m)| m.clone()).unwrap_or_default();
+    let next = last_applied.map_or(0, |l| l.index + 1);
+    let until = match committed {
+        CommittedInfo::InLog { log_id } if log_id.index >= next => Some(log_id.index),
+        _ => None,
+    };
+    let (mut replayed, mut refused) = (0, 0);
+    if let Some(until) = until {
+        // The pointer names an entry of the log, so the log reaches it; it must also
+        // reach back to the snapshot.
+        let first = scanned.records.first().map_or(next, |r| r.record.index);
+        if first > next {
+            let path = scanned
+                .segments
+                .iter()
+                .find(|s| s.records > 0)
+                .map_or_else(|| dir.to_path_buf(), |s| s.path.clone());
+            return Err(PersistError::MissingSegment {
+                path,
+                reason: match last_applied {
+                    Some(l) => format!(
+                        "the snapshot ends at index {}, but the log resumes at index {first}",
+                        l.index
+                    ),
+                    None => format!("there is no snapshot, but the log starts at index {first}"),
+                },
+            });
+        }
+        for r in &scanned.records {
+            let index = r.record.index;
+            if index < next {
+                continue;
+            }
+            if index > until {
+                break;
+            }
+            let entry = r.record.clone().into_entry();
+            match &entry.payload {
+                EntryPayload::Blank => {}
+                EntryPayload::Normal(proposal) => {
+                    let (_, refusals) =
+                        apply_proposal_to(store, index, proposal).map_err(|source| {
+                            PersistError::Replay {
+                                path: dir.join(crate::log_format::segment_name(r.seq)),
+                                offset: r.offset,
+                                index,
+                                source: Box::new(source),
+                            }
+                        })?;
+                    refused += refusals.iter().filter(|r| r.is_some()).count() as u64;
+                }
+                EntryPayload::Membership(m) => {
+                    membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                }
+            }
+            last_applied = Some(entry.log_id.into());
+            replayed += 1;
+        }
+    }
+    let applied_index = last_applied.map(|l| l.index);
+    let snap = store.snapshot();
+    Ok(StateInfo {
+        last_applied,
+        replayed,
+        refused,
+        not_known_committed: scanned
+            .records
+            .iter()
+            .filter(|r| applied_index.is_none_or(|a| r.record.index > a))
+            .count() as u64,
+        membership: MembershipInfo::from(&membership),
+        latest_index: snap.view().latest_index(),
+        tables: tables(&snap),
+        snapshot: snap,
+    })
+}
+
+/// Every entry of the directory with what it is, its size and its format version.
+fn list_files(
+    dir: &Path,
+    scanned: &ScannedLog,
+    snapshot: Option<&(SnapshotInfo, StoredMembership<NodeId, BasicNode>)>,
+) -> Result<Vec<ServerFile>, PersistError> {
+    let io = |source| PersistError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        // A file a running server removed since it was listed is left out.
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let (kind, version) = if meta.is_dir() {
+            ("folder", None)
+        } else if let Some(seq) = parse_segment_name(&name) {
+            let scanned = scanned.segments.iter().find(|s| s.seq == seq);
+            let version = match scanned {
+                Some(s) if !s.scan.torn_header => Some(s.scan.version),
+                Some(_) => None,
+                None => header_version(&path, RAFT_LOG_MAGIC),
+            };
+            ("raft log segment", version)
+        } else if parse_snapshot_name(&name).is_some() {
+            let version = match snapshot {
+                Some((s, _)) if s.file == path => Some(s.version),
+                _ => header_version(&path, RAFT_SNAPSHOT_MAGIC),
+            };
+            ("raft snapshot", version)
+        } else if path == meta_path(dir) {
+            ("raft metadata", header_version(&path, RAFT_META_MAGIC))
+        } else if path == committed_path(dir) {
+            // No version field: its magic is its format.
+            ("committed pointer", None)
+        } else if name == "LOCK" {
+            ("lock", None)
+        } else if name.ends_with(".tmp") {
+            ("temporary", None)
+        } else {
+            ("other", None)
+        };
+        out.push(ServerFile {
+            name,
+            kind,
+            bytes: if meta.is_dir() { 0 } else { meta.len() },
+            version,
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// The version field after `magic` at the start of `path`, if the file starts so.
+fn header_version(path: &Path, magic: &[u8; 8]) -> Option<u32> {
+    let mut head = [0u8; 12];
+    let mut file = std::fs::File::open(path).ok()?;
+    file.read_exact(&mut head).ok()?;
+    (&head[..8] == magic).then(|| u32::from_le_bytes([head[8], head[9], head[10], head[11]]))
+}
