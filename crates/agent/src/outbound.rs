@@ -361,8 +361,12 @@ mod tests {
         format!("http://{addr}/x")
     }
 
-    fn client() -> HttpClient {
+    /// `GET url` by a plain-HTTP client, the answer read up to `limit`, within
+    /// `deadline`.
+    async fn get(url: &str, limit: usize, deadline: Duration) -> Result<Answer, HttpError> {
         HttpClient::new(None, Duration::from_secs(1))
+            .call(Method::GET, url, &[], Bytes::new(), limit, deadline)
+            .await
     }
 
     #[tokio::test]
@@ -372,7 +376,7 @@ mod tests {
             Duration::ZERO,
         )
         .await;
-        let a = client()
+        let a = HttpClient::new(None, Duration::from_secs(1))
             .call(
                 Method::GET,
                 &url,
@@ -395,17 +399,7 @@ mod tests {
             Duration::ZERO,
         )
         .await;
-        let e = client()
-            .call(
-                Method::GET,
-                &url,
-                &[],
-                Bytes::new(),
-                10,
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap_err();
+        let e = get(&url, 10, Duration::from_secs(5)).await.unwrap_err();
         assert!(e.is_too_large(), "{e}");
     }
 
@@ -413,17 +407,7 @@ mod tests {
     async fn a_server_that_does_not_answer_is_a_timeout_within_the_deadline() {
         let url = server(b"HTTP/1.1 200 OK\r\n\r\n", Duration::from_secs(30)).await;
         let start = std::time::Instant::now();
-        let e = client()
-            .call(
-                Method::GET,
-                &url,
-                &[],
-                Bytes::new(),
-                64,
-                Duration::from_millis(300),
-            )
-            .await
-            .unwrap_err();
+        let e = get(&url, 64, Duration::from_millis(300)).await.unwrap_err();
         assert!(e.is_timeout() && !e.is_connect(), "{e}");
         assert!(start.elapsed() < Duration::from_secs(5));
     }
@@ -435,17 +419,13 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let e = client()
-            .call(
-                Method::GET,
-                &format!("http://127.0.0.1:{port}/"),
-                &[],
-                Bytes::new(),
-                64,
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap_err();
+        let e = get(
+            &format!("http://127.0.0.1:{port}/"),
+            64,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
         assert!(e.is_connect(), "{e}");
         assert!(e.to_string().to_lowercase().contains("refused"), "{e}");
     }
@@ -456,27 +436,9 @@ mod tests {
         let url = server(b"HTTP/1.1 200 OK\r\n\r\n", Duration::ZERO)
             .await
             .replace("http://", "https://");
-        let e = client()
-            .call(
-                Method::GET,
-                &url,
-                &[],
-                Bytes::new(),
-                64,
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap_err();
+        let e = get(&url, 64, Duration::from_secs(5)).await.unwrap_err();
         assert!(e.is_connect() && e.to_string().contains("TLS"), "{e}");
-        let e = client()
-            .call(
-                Method::GET,
-                "not a url",
-                &[],
-                Bytes::new(),
-                64,
-                Duration::from_secs(5),
-            )
+        let e = get("not a url", 64, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(!e.is_connect() && !e.is_timeout(), "{e}");
