@@ -9,7 +9,7 @@ use schedstate::model::{AllocListStub, ClientStatus, CsiPluginType, Expected, Id
 use serde::Serialize;
 
 use crate::output::{
-    CliError, align_right, emit, emit_json, err, key_values, ratio, render, serde_name, table,
+    CliError, align_right, emit, emit_json, find_one, key_values, ratio, render, serde_name, table,
 };
 use crate::source::{Source, SourceArgs};
 
@@ -55,33 +55,6 @@ fn plugin_list(stanzas: &BTreeMap<Id, BTreeSet<CsiPluginType>>) -> String {
         .map(|(id, t)| format!("{id}:{}", types(t)))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// Finds the one job `wanted` names: an exact id, else a unique id prefix.
-fn find<'a>(all: &'a [Job], wanted: &str) -> Result<&'a Job, CliError> {
-    let exact: Vec<&Job> = all.iter().filter(|j| &*j.id == wanted).collect();
-    let candidates = if exact.is_empty() {
-        all.iter().filter(|j| j.id.starts_with(wanted)).collect()
-    } else {
-        exact
-    };
-    match candidates.as_slice() {
-        [] => Err(err(format!("job {wanted:?} not found"))),
-        [one] => Ok(one),
-        many => {
-            let names: Vec<String> = many
-                .iter()
-                .take(5)
-                .map(|j| format!("{}/{}", j.namespace, j.id))
-                .collect();
-            let more = if many.len() > 5 { ", …" } else { "" };
-            Err(err(format!(
-                "job {wanted:?} matches {} jobs: {}{more} (give the full id and --namespace)",
-                many.len(),
-                names.join(", ")
-            )))
-        }
-    }
 }
 
 /// What the job expects of one plugin now, and the plugin's totals (`--json`).
@@ -160,7 +133,7 @@ pub fn job(args: &JobArgs) -> Result<(), CliError> {
         }
         return emit(&job_table(&all));
     };
-    let job = find(&all, wanted)?;
+    let job = find_one(&all, wanted, "job", |j: &Job| (&*j.namespace, &*j.id))?;
     let mut plugins = Vec::new();
     for (id, t) in stanzas(job.task_groups.iter()) {
         let found = source.plugin(&id)?;

@@ -37,6 +37,45 @@ pub fn err(msg: impl Into<String>) -> CliError {
     CliError(msg.into())
 }
 
+/// Finds the one row `wanted` names among `all`: an exact id, else a unique id prefix.
+/// `kind` names the rows in errors ("volume"); `key` gives a row's (namespace, id).
+/// Ambiguity names up to five matches.
+pub fn find_one<'a, T>(
+    all: &'a [T],
+    wanted: &str,
+    kind: &str,
+    key: impl Fn(&T) -> (&str, &str),
+) -> Result<&'a T, CliError> {
+    let exact: Vec<&T> = all.iter().filter(|r| key(r).1 == wanted).collect();
+    let candidates = if exact.is_empty() {
+        all.iter()
+            .filter(|r| key(r).1.starts_with(wanted))
+            .collect()
+    } else {
+        exact
+    };
+    match candidates.as_slice() {
+        [] => Err(err(format!("{kind} {wanted:?} not found"))),
+        [one] => Ok(one),
+        many => {
+            let names: Vec<String> = many
+                .iter()
+                .take(5)
+                .map(|r| {
+                    let (namespace, id) = key(r);
+                    format!("{namespace}/{id}")
+                })
+                .collect();
+            let more = if many.len() > 5 { ", …" } else { "" };
+            Err(err(format!(
+                "{kind} {wanted:?} matches {} {kind}s: {}{more} (give the full id and --namespace)",
+                many.len(),
+                names.join(", ")
+            )))
+        }
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.lines().collect::<Vec<_>>().join(" ")
 }

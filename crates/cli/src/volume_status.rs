@@ -3,7 +3,7 @@
 use clap::Args;
 use schedstate::model::{CsiVolume, CsiVolumeClaim};
 
-use crate::output::{CliError, emit, emit_json, err, key_values, render, serde_name, table};
+use crate::output::{CliError, emit, emit_json, find_one, key_values, render, serde_name, table};
 use crate::source::{Source, SourceArgs};
 
 /// Arguments of `volume status`.
@@ -19,33 +19,6 @@ pub struct VolumeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Finds the one volume `wanted` names: an exact id, else a unique id prefix.
-fn find<'a>(all: &'a [CsiVolume], wanted: &str) -> Result<&'a CsiVolume, CliError> {
-    let exact: Vec<&CsiVolume> = all.iter().filter(|v| &*v.id == wanted).collect();
-    let candidates = if exact.is_empty() {
-        all.iter().filter(|v| v.id.starts_with(wanted)).collect()
-    } else {
-        exact
-    };
-    match candidates.as_slice() {
-        [] => Err(err(format!("volume {wanted:?} not found"))),
-        [one] => Ok(one),
-        many => {
-            let names: Vec<String> = many
-                .iter()
-                .take(5)
-                .map(|v| format!("{}/{}", v.namespace, v.id))
-                .collect();
-            let more = if many.len() > 5 { ", …" } else { "" };
-            Err(err(format!(
-                "volume {wanted:?} matches {} volumes: {}{more} (give the full id and --namespace)",
-                many.len(),
-                names.join(", ")
-            )))
-        }
-    }
 }
 
 /// `volume status [ID] [--namespace NS]`.
@@ -86,7 +59,9 @@ pub fn volume(args: &VolumeArgs) -> Result<(), CliError> {
         crate::output::align_right(&mut t, &[7, 8]);
         return emit(&render(&t));
     };
-    let vol = find(&all, wanted)?;
+    let vol = find_one(&all, wanted, "volume", |v: &CsiVolume| {
+        (&*v.namespace, &*v.id)
+    })?;
     if args.json {
         return emit_json(vol);
     }
