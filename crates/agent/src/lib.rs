@@ -54,7 +54,7 @@ mod transport;
 
 pub use agent::{Agent, AgentError};
 pub use certs::{Ca, CertError, CertKind, IssuedCert};
-pub use client::{Client, ClientError, ClientTls, Indexed, ReadOptions};
+pub use client::{Client, ClientError, ClientTls, Indexed, ReadOptions, Written, new_write_key};
 pub use cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey, ClusterKeyError, MIN_KEY_BYTES};
 pub use config::{AgentConfig, ConfigError, Limits, Peers};
 pub use events::TopicFilter;

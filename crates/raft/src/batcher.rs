@@ -14,8 +14,17 @@ use schedstate::state::Command;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::ProposeError;
-use crate::server::Committed;
-use crate::{Proposal, TypeConfig};
+use crate::server::{Committed, kept_answer};
+use crate::state_machine::Outcome;
+use crate::{Proposal, ProposalKeys, TypeConfig, WriteKey};
+
+/// The wall clock in milliseconds since the Unix epoch: the leader's time stamp on a
+/// keyed entry, from which every replica ages the write keys alike.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
 
 /// The most commands in one entry.
 pub(crate) const MAX_BATCH: usize = 512;
@@ -31,8 +40,9 @@ const IN_FLIGHT: usize = 1;
 
 type Reply = oneshot::Sender<Result<Committed, ProposeError>>;
 
-/// A queued proposal: the command, its encoded size, where its answer goes.
-type Queued = (Arc<Command>, usize, Reply);
+/// A queued proposal: the command, its write key, its encoded size, where its answer
+/// goes.
+type Queued = (Arc<Command>, Option<WriteKey>, usize, Reply);
 
 /// A command's encoded size (postcard, counted without writing it).
 fn encoded_size(command: &Command) -> usize {
@@ -57,7 +67,11 @@ impl Batcher {
     }
 
     /// Queues `command` and waits for its outcome.
-    pub(crate) async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
+    pub(crate) async fn propose(
+        &self,
+        command: Command,
+        key: Option<WriteKey>,
+    ) -> Result<Committed, ProposeError> {
         let size = encoded_size(&command);
         if size > MAX_ENTRY_BYTES {
             return Err(ProposeError::Invalid {
@@ -69,7 +83,7 @@ impl Batcher {
         }
         let (reply, answer) = oneshot::channel();
         self.tx
-            .send((Arc::new(command), size, reply))
+            .send((Arc::new(command), key, size, reply))
             .map_err(|_| ProposeError::Stopped)?;
         answer.await.unwrap_or(Err(ProposeError::Stopped))
     }
@@ -92,16 +106,16 @@ async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Queued>) {
         };
         // Everything that queued while the slot was taken joins this entry, up to the
         // entry's command and byte limits.
-        let mut bytes = first.1;
+        let mut bytes = first.2;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(more) if bytes.saturating_add(more.1) > MAX_ENTRY_BYTES => {
+                Ok(more) if bytes.saturating_add(more.2) > MAX_ENTRY_BYTES => {
                     carried = Some(more);
                     break;
                 }
                 Ok(more) => {
-                    bytes += more.1;
+                    bytes += more.2;
                     batch.push(more);
                 }
                 Err(_) => break,
@@ -109,18 +123,36 @@ async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Queued>) {
         }
         let raft = raft.clone();
         tokio::spawn(async move {
-            let (commands, replies): (Vec<_>, Vec<_>) =
-                batch.into_iter().map(|(c, _, r)| (c, r)).unzip();
-            let outcome = raft.client_write(Proposal { commands }).await;
+            let mut commands = Vec::with_capacity(batch.len());
+            let mut keys = Vec::with_capacity(batch.len());
+            let mut replies = Vec::with_capacity(batch.len());
+            for (command, key, _, reply) in batch {
+                commands.push(command);
+                keys.push(key);
+                replies.push(reply);
+            }
+            let keys = keys.iter().any(Option::is_some).then(|| ProposalKeys {
+                at_ms: unix_ms(),
+                keys,
+            });
+            let outcome = raft.client_write(Proposal { commands, keys }).await;
             drop(permit);
             match outcome {
                 Ok(resp) => {
                     let index = resp.log_id.index;
-                    let mut refused = resp.data.refused.into_iter();
+                    let mut outcomes = resp.data.outcomes.into_iter();
                     for reply in replies {
-                        let answer = match refused.next().flatten() {
-                            None => Ok(Committed { index }),
-                            Some(error) => Err(ProposeError::Refused { index, error }),
+                        let answer = match outcomes.next() {
+                            Some(Outcome::Applied) | None => Ok(Committed::at(index)),
+                            Some(Outcome::Refused(error)) => {
+                                Err(ProposeError::Refused { index, error })
+                            }
+                            Some(Outcome::Replayed { index, refusal }) => {
+                                kept_answer(index, refusal)
+                            }
+                            Some(Outcome::KeyReused { index }) => {
+                                Err(ProposeError::KeyReused { index })
+                            }
                         };
                         let _ = reply.send(answer);
                     }

@@ -51,6 +51,13 @@ pub enum ProposeError {
         /// The leader's address, if known.
         address: Option<String>,
     },
+    /// The write key was first used at `index` for another request: nothing was
+    /// applied. (A retry must send the same request under the same key.)
+    #[error("the write key was used at index {index} for another request; nothing was applied")]
+    KeyReused {
+        /// The index the key was first used at.
+        index: u64,
+    },
     /// No answer (the network, or no quorum within the deadline).
     #[error("no answer: {0}")]
     Unavailable(String),
@@ -99,6 +106,7 @@ impl ProposeError {
             ProposeError::Refused { error, .. } => error.kind(),
             ProposeError::RefusedRemotely { kind, .. } | ProposeError::Invalid { kind, .. } => kind,
             ProposeError::NotLeader { .. } => "NotLeader",
+            ProposeError::KeyReused { .. } => "KeyReused",
             ProposeError::Unavailable(_) => "Unavailable",
             ProposeError::Stopped => "Stopped",
         }
@@ -112,6 +120,7 @@ impl ProposeError {
             ProposeError::Refused { .. }
                 | ProposeError::RefusedRemotely { .. }
                 | ProposeError::Invalid { .. }
+                | ProposeError::KeyReused { .. }
         )
     }
 }

@@ -397,9 +397,7 @@ mod tests {
     fn blank(term: u64, index: u64) -> Entry<TypeConfig> {
         Entry {
             log_id: log_id(term, index),
-            payload: EntryPayload::Normal(Proposal {
-                commands: Vec::<Arc<_>>::new(),
-            }),
+            payload: EntryPayload::Normal(Proposal::new(Vec::<Arc<_>>::new())),
         }
     }
 

@@ -28,7 +28,8 @@ use crate::committed::{self, committed_path};
 use crate::log_format::{RAFT_LOG_MAGIC, RAFT_META_MAGIC, RaftMeta, meta_path, parse_segment_name};
 use crate::log_scan::{ScannedLog, scan_log};
 use crate::snapshot_file::{self, RAFT_SNAPSHOT_MAGIC, parse_snapshot_name, snapshot_files};
-use crate::state_machine::apply_proposal_to;
+use crate::state_machine::{Outcome, apply_proposal_to};
+use crate::write_keys::WriteKeys;
 
 /// A Raft log id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -155,6 +156,8 @@ pub struct SnapshotInfo {
     pub last_applied: u64,
     /// Its tables.
     pub tables: Vec<TableInfo>,
+    /// The write keys it keeps (exactly-once writes).
+    pub write_keys: u64,
 }
 
 /// One log segment.
@@ -266,6 +269,11 @@ pub struct StateInfo {
     pub membership: MembershipInfo,
     /// The store's last applied write index.
     pub latest_index: u64,
+    /// The write keys kept at the last applied entry (exactly-once writes).
+    pub write_keys: u64,
+    /// Commands among the replayed ones answered from their write key (retries),
+    /// not applied again.
+    pub replays: u64,
     /// Its tables.
     pub tables: Vec<TableInfo>,
     /// The state itself (for checks such as the invariants).
@@ -370,9 +378,14 @@ fn fingerprint(dir: &Path) -> Vec<(OsString, u64, Option<SystemTime>)> {
 /// took it: then the snapshot does), then the metadata and the log.
 fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
     let store = StateStore::new();
+    let mut keys = WriteKeys::default();
     let snapshot = match snapshot_files(dir)?.pop() {
         None => None,
-        Some((_, path)) => Some(read_snapshot(&path, &store)?),
+        Some((_, path)) => {
+            let (info, membership, kept) = read_snapshot(&path, &store)?;
+            keys = kept;
+            Some((info, membership))
+        }
     };
     let pointer = committed::read_checked(dir);
     let meta = RaftMeta::read(dir)?.unwrap_or_default();
@@ -404,7 +417,14 @@ fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
         }
     };
 
-    let state = replay(dir, &store, snapshot.as_ref(), &scanned, &committed)?;
+    let state = replay(
+        dir,
+        &store,
+        &mut keys,
+        snapshot.as_ref(),
+        &scanned,
+        &committed,
+    )?;
     let files = list_files(dir, &scanned, snapshot.as_ref())?;
     Ok(ServerDirReport {
         dir: dir.to_path_buf(),
@@ -425,13 +445,13 @@ fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
 fn read_snapshot(
     path: &Path,
     store: &StateStore,
-) -> Result<(SnapshotInfo, StoredMembership<NodeId, BasicNode>), PersistError> {
+) -> Result<(SnapshotInfo, StoredMembership<NodeId, BasicNode>, WriteKeys), PersistError> {
     let bytes = std::fs::read(path).map_err(|source| PersistError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let (meta, header) = snapshot_file::restore(path, &bytes, store)?;
-    let (_, body) = snapshot_file::decode(path, &bytes)?;
+    let (meta, header, keys) = snapshot_file::restore(path, &bytes, store)?;
+    let body = snapshot_file::decode(path, &bytes)?.body;
     let info = SnapshotInfo {
         file: path.to_path_buf(),
         bytes: bytes.len() as u64,
@@ -442,8 +462,9 @@ fn read_snapshot(
         membership: MembershipInfo::from(&meta.last_membership),
         last_applied: header.last_applied,
         tables: tables(&store.snapshot()),
+        write_keys: keys.len() as u64,
     };
-    Ok((info, meta.last_membership))
+    Ok((info, meta.last_membership, keys))
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
@@ -504,6 +525,7 @@ fn log_info(scanned: &ScannedLog, purged: Option<LogId<NodeId>>) -> LogInfo {
 fn replay(
     dir: &Path,
     store: &StateStore,
+    keys: &mut WriteKeys,
     snapshot: Option<&(SnapshotInfo, StoredMembership<NodeId, BasicNode>)>,
     scanned: &ScannedLog,
     committed: &CommittedInfo,
@@ -515,7 +537,7 @@ fn replay(
         CommittedInfo::InLog { log_id } if log_id.index >= next => Some(log_id.index),
         _ => None,
     };
-    let (mut replayed, mut refused) = (0, 0);
+    let (mut replayed, mut refused, mut replays) = (0, 0, 0);
     if let Some(until) = until {
         // The pointer names an entry of the log, so the log reaches it; it must also
         // reach back to the snapshot.
@@ -549,8 +571,8 @@ fn replay(
             match &entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(proposal) => {
-                    let (_, refusals) =
-                        apply_proposal_to(store, index, proposal).map_err(|source| {
+                    let applied =
+                        apply_proposal_to(store, keys, index, proposal).map_err(|source| {
                             PersistError::Replay {
                                 path: dir.join(crate::log_format::segment_name(r.seq)),
                                 offset: r.offset,
@@ -558,7 +580,13 @@ fn replay(
                                 source: Box::new(source),
                             }
                         })?;
-                    refused += refusals.iter().filter(|r| r.is_some()).count() as u64;
+                    for outcome in &applied.outcomes {
+                        match outcome {
+                            Outcome::Refused(_) => refused += 1,
+                            Outcome::Replayed { .. } | Outcome::KeyReused { .. } => replays += 1,
+                            Outcome::Applied => {}
+                        }
+                    }
                 }
                 EntryPayload::Membership(m) => {
                     membership = StoredMembership::new(Some(entry.log_id), m.clone());
@@ -581,6 +609,8 @@ fn replay(
             .count() as u64,
         membership: MembershipInfo::from(&membership),
         latest_index: snap.view().latest_index(),
+        write_keys: keys.len() as u64,
+        replays,
         tables: tables(&snap),
         snapshot: snap,
     })

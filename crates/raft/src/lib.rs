@@ -22,6 +22,9 @@
 //! - [`Server`]: the handle — [`propose`](Server::propose),
 //!   [`propose_or_forward`](Server::propose_or_forward), consistent and stale reads,
 //!   blocking queries on every server, membership.
+//! - [`WriteKeys`]: exactly-once writes — a write may carry a [`WriteKey`] inside its
+//!   entry; every state machine keeps recent keys with their first outcome, so a
+//!   retried write answers that outcome instead of applying twice.
 //!
 //! A three-server cluster in one process:
 //!
@@ -87,6 +90,7 @@ pub mod snapshot_receiver;
 mod state_machine;
 mod tcp;
 pub mod wire;
+mod write_keys;
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -108,6 +112,9 @@ pub use server::{Committed, Server, ServerOptions};
 pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};
 pub use state_machine::ApplyResponse;
 pub use tcp::{MAX_FRAME, TcpEndpoint, TcpNetwork};
+pub use write_keys::{
+    KeptOutcome, MAX_WRITE_KEYS, ProposalKeys, WRITE_KEY_TTL_MS, WriteKey, WriteKeys,
+};
 
 /// A server's id in the cluster.
 pub type NodeId = u64;
@@ -119,6 +126,24 @@ pub type NodeId = u64;
 pub struct Proposal {
     /// The commands, applied in order at the entry's index.
     pub commands: Vec<Arc<Command>>,
+    /// The commands' write keys, when any has one (exactly-once writes): a command
+    /// whose key the state machine already kept is answered, not applied again.
+    pub keys: Option<ProposalKeys>,
+}
+
+impl Proposal {
+    /// A proposal of `commands` without write keys.
+    pub fn new(commands: Vec<Arc<Command>>) -> Proposal {
+        Proposal {
+            commands,
+            keys: None,
+        }
+    }
+
+    /// The key of command `i`, if it has one.
+    pub fn key(&self, i: usize) -> Option<&WriteKey> {
+        self.keys.as_ref()?.keys.get(i)?.as_ref()
+    }
 }
 
 openraft::declare_raft_types!(

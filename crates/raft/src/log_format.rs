@@ -2,14 +2,17 @@
 //! ([`schedstate::persist::segment`]).
 //!
 //! ```text
-//! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 2
+//! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 3
 //! record payload := postcard(RaftRecord)   (index first, then term, leader, body:
-//!                   blank | one command | membership | several commands)
+//!                   blank | one command | membership | several commands
+//!                   | keyed commands: the leader's clock, per command its write key)
 //! ```
-//! Version 2 added jobs (the job commands, an allocation's job version). Version 1
-//! segments are still read — their commands through their version-1 shape
-//! ([`schedstate::state::v1::CommandV1`]) — and never appended to: records of this
-//! build go to a new segment after one.
+//! Version 2 added jobs (the job commands, an allocation's job version); version 3 the
+//! keyed body (exactly-once writes, [`crate::WriteKeys`]) — a body kind of its own, so
+//! a version-2 record reads as it is. Version 1 segments are still read — their
+//! commands through their version-1 shape ([`schedstate::state::v1::CommandV1`]).
+//! Segments of an older version are never appended to: records of this build go to a
+//! new segment after one.
 //! ```text
 //! raft-meta      := MAGIC "SCHEDRMT" | VERSION u32 | LEN u32 | postcard(RaftMeta) | CRC u32
 //! ```
@@ -32,12 +35,12 @@ use schedstate::state::Command;
 use schedstate::state::v1::CommandV1;
 use serde::{Deserialize, Serialize};
 
-use crate::{Entry, NodeId, Proposal, TypeConfig};
+use crate::{Entry, NodeId, Proposal, ProposalKeys, TypeConfig, WriteKey};
 
 /// The first bytes of every Raft log segment.
 pub const RAFT_LOG_MAGIC: &[u8; 8] = b"SCHEDRFT";
-/// The Raft log format version this build writes (it reads 1 and 2).
-pub const RAFT_LOG_VERSION: u32 = 2;
+/// The Raft log format version this build writes (it reads 1 to 3).
+pub const RAFT_LOG_VERSION: u32 = 3;
 /// The first bytes of the metadata file (vote, purge point).
 pub const RAFT_META_MAGIC: &[u8; 8] = b"SCHEDRMT";
 /// The metadata format version.
@@ -157,15 +160,31 @@ pub(crate) enum RecordBody {
     },
     /// Several commands batched in one entry, applied in order at its index.
     Commands(Vec<Arc<Command>>),
+    /// Commands of which at least one carries a write key (format version 3).
+    Keyed {
+        /// The proposing leader's clock, ms since the Unix epoch.
+        at_ms: u64,
+        /// The commands in order, each with its key if it has one.
+        commands: Vec<(Arc<Command>, Option<WriteKey>)>,
+    },
 }
 
 impl RaftRecord {
     pub(crate) fn from_entry(entry: &Entry) -> RaftRecord {
         let body = match &entry.payload {
             EntryPayload::Blank => RecordBody::Blank,
-            EntryPayload::Normal(p) => match p.commands.as_slice() {
-                [one] => RecordBody::Command(one.clone()),
-                many => RecordBody::Commands(many.to_vec()),
+            EntryPayload::Normal(p) => match (&p.keys, p.commands.as_slice()) {
+                (Some(keys), _) => RecordBody::Keyed {
+                    at_ms: keys.at_ms,
+                    commands: p
+                        .commands
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| (c.clone(), p.key(i).copied()))
+                        .collect(),
+                },
+                (None, [one]) => RecordBody::Command(one.clone()),
+                (None, many) => RecordBody::Commands(many.to_vec()),
             },
             EntryPayload::Membership(m) => membership_record(m),
         };
@@ -185,8 +204,15 @@ impl RaftRecord {
         let log_id = self.log_id();
         let payload = match self.body {
             RecordBody::Blank => EntryPayload::Blank,
-            RecordBody::Command(c) => EntryPayload::Normal(Proposal { commands: vec![c] }),
-            RecordBody::Commands(commands) => EntryPayload::Normal(Proposal { commands }),
+            RecordBody::Command(c) => EntryPayload::Normal(Proposal::new(vec![c])),
+            RecordBody::Commands(commands) => EntryPayload::Normal(Proposal::new(commands)),
+            RecordBody::Keyed { at_ms, commands } => {
+                let (commands, keys) = commands.into_iter().unzip();
+                EntryPayload::Normal(Proposal {
+                    commands,
+                    keys: Some(ProposalKeys { at_ms, keys }),
+                })
+            }
             RecordBody::Membership { configs, nodes } => {
                 EntryPayload::Membership(membership_from(configs, nodes))
             }

@@ -22,7 +22,7 @@ use openraft::raft::{
 };
 use schedstate::state::Command;
 
-use crate::{Committed, NodeId, ProposeError, TypeConfig};
+use crate::{Committed, NodeId, ProposeError, TypeConfig, WriteKey};
 
 /// Why an RPC got no answer from the remote Raft.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,13 +90,14 @@ pub trait Network: Clone + Send + Sync + 'static {
         >,
     > + Send;
 
-    /// Proposes `command` on `target` (the leader, as far as the caller knows) and
-    /// waits for its answer.
+    /// Proposes `command` with its write key, if any, on `target` (the leader, as far
+    /// as the caller knows) and waits for its answer.
     fn forward(
         &self,
         target: NodeId,
         addr: &str,
         command: Command,
+        key: Option<WriteKey>,
     ) -> impl Future<Output = Result<Result<Committed, ProposeError>, RpcFailure>> + Send;
 }
 
@@ -107,6 +108,7 @@ pub(crate) trait Forwarder: Send + Sync + 'static {
         target: NodeId,
         addr: String,
         command: Command,
+        key: Option<WriteKey>,
     ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>>;
 }
 
@@ -116,8 +118,9 @@ impl<N: Network> Forwarder for N {
         target: NodeId,
         addr: String,
         command: Command,
+        key: Option<WriteKey>,
     ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>> {
-        Box::pin(async move { Network::forward(self, target, &addr, command).await })
+        Box::pin(async move { Network::forward(self, target, &addr, command, key).await })
     }
 }
 

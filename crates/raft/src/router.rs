@@ -16,7 +16,7 @@ use schedstate::state::Command;
 
 use crate::network::{Network, RpcFailure, RpcResult};
 use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse, unexpected};
-use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
+use crate::{Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
 /// Connects servers of one process. Cheap to clone.
 ///
@@ -209,9 +209,10 @@ impl Network for RouterNetwork {
         target: NodeId,
         _addr: &str,
         command: Command,
+        key: Option<WriteKey>,
     ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
         let server = self.router.route(self.from, target).await?;
-        let answer = server.propose(command).await;
+        let answer = server.propose_keyed(command, key).await;
         self.router.answer(self.from, target, answer)
     }
 }

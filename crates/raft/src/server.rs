@@ -21,7 +21,27 @@ use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
 use crate::snapshot_receiver::{Received, SnapshotReceiver, check_snapshot};
 use crate::state_machine::{Applied, StateMachine};
+use crate::write_keys::{KeptOutcome, KeyCheck, WriteKey, WriteKeys};
 use crate::{NodeId, TypeConfig};
+
+/// The answer to a write whose key was kept: committed or refused at `index`, as the
+/// first time.
+pub(crate) fn kept_answer(
+    index: u64,
+    refusal: Option<(String, String)>,
+) -> Result<Committed, ProposeError> {
+    match refusal {
+        None => Ok(Committed {
+            index,
+            replayed: true,
+        }),
+        Some((kind, message)) => Err(ProposeError::RefusedRemotely {
+            index,
+            kind,
+            message,
+        }),
+    }
+}
 
 /// A command that committed and was applied: its log index, which is also the write
 /// index of the state it produced (for read-your-writes and blocking queries).
@@ -29,6 +49,19 @@ use crate::{NodeId, TypeConfig};
 pub struct Committed {
     /// The Raft log index of the entry.
     pub index: u64,
+    /// Whether this answers a retry: the command's write key was kept from an earlier
+    /// apply at `index`, and nothing was applied again.
+    pub replayed: bool,
+}
+
+impl Committed {
+    /// A command applied at `index` (not a replay).
+    pub fn at(index: u64) -> Committed {
+        Committed {
+            index,
+            replayed: false,
+        }
+    }
 }
 
 /// How a server runs.
@@ -88,6 +121,8 @@ struct Inner {
     raft: Raft<TypeConfig>,
     store: StateStore,
     applied: Arc<Mutex<Applied>>,
+    /// The state machine's write keys.
+    keys: Arc<Mutex<WriteKeys>>,
     forwarder: Box<dyn Forwarder>,
     opened: LogOpenReport,
     log: LogStore,
@@ -118,7 +153,14 @@ impl Server {
         let (log, opened) = LogStore::open(dir, options.log)?;
         let store = StateStore::new();
         let applied = Arc::new(Mutex::new(Applied::default()));
-        let sm = StateMachine::open(dir, store.clone(), applied.clone(), options.on_apply)?;
+        let keys = Arc::new(Mutex::new(WriteKeys::default()));
+        let sm = StateMachine::open(
+            dir,
+            store.clone(),
+            applied.clone(),
+            keys.clone(),
+            options.on_apply,
+        )?;
         let config = Arc::new(options.raft.validate()?);
         let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
         Ok(Server {
@@ -127,6 +169,7 @@ impl Server {
                 dir: dir.to_path_buf(),
                 store,
                 applied,
+                keys,
                 forwarder: Box::new(network),
                 opened,
                 log,
@@ -198,11 +241,40 @@ impl Server {
     /// [`ProposeError::NotLeader`] naming the leader; see [`ProposeError`] for when the
     /// outcome is unknown.
     pub async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
+        self.propose_keyed(command, None).await
+    }
+
+    /// As [`propose`](Self::propose), exactly once per `key`: a key this server's state
+    /// machine already kept (it is applied here) is answered at once with the first
+    /// apply's outcome ([`Committed::replayed`], or the refusal at its index), another
+    /// request under the same key with [`ProposeError::KeyReused`]; a new key goes into
+    /// the entry beside the command, so two retries in flight still apply once.
+    ///
+    /// # Errors
+    /// As [`propose`](Self::propose), and [`ProposeError::KeyReused`].
+    pub async fn propose_keyed(
+        &self,
+        command: Command,
+        key: Option<WriteKey>,
+    ) -> Result<Committed, ProposeError> {
         // The input rules need no state: a command that breaks one costs no log entry.
         command
             .check_input()
             .map_err(|e| ProposeError::invalid(&e))?;
-        self.inner.batcher.propose(command).await
+        if let Some(key) = &key {
+            let known = self.inner.keys.lock().check(key);
+            match known {
+                KeyCheck::Fresh => {}
+                KeyCheck::Replay(kept) => return kept_answer(kept.index, kept.refusal),
+                KeyCheck::Reused { index } => return Err(ProposeError::KeyReused { index }),
+            }
+        }
+        self.inner.batcher.propose(command, key).await
+    }
+
+    /// The outcome kept for the write key `id` on this server, if it holds one.
+    pub fn kept_write(&self, id: &[u8; 32]) -> Option<KeptOutcome> {
+        self.inner.keys.lock().get(id).cloned()
     }
 
     /// Proposes `command` here, or, when this server is not the leader, forwards it to
@@ -212,18 +284,32 @@ impl Server {
     /// As [`propose`](Self::propose); a refusal forwarded over a network that carries
     /// only kind and message is [`ProposeError::RefusedRemotely`].
     pub async fn propose_or_forward(&self, command: Command) -> Result<Committed, ProposeError> {
+        self.propose_or_forward_keyed(command, None).await
+    }
+
+    /// [`propose_keyed`](Self::propose_keyed) here, or forwarded with its key to the
+    /// leader.
+    ///
+    /// # Errors
+    /// As [`propose_or_forward`](Self::propose_or_forward), and
+    /// [`ProposeError::KeyReused`].
+    pub async fn propose_or_forward_keyed(
+        &self,
+        command: Command,
+        key: Option<WriteKey>,
+    ) -> Result<Committed, ProposeError> {
         command
             .check_input()
             .map_err(|e| ProposeError::invalid(&e))?;
         let leader = self.leader_node().await;
         match leader {
             Some((id, addr)) if id != self.inner.id => {
-                match self.inner.forwarder.forward(id, addr, command).await {
+                match self.inner.forwarder.forward(id, addr, command, key).await {
                     Ok(answer) => answer,
                     Err(failure) => Err(ProposeError::Unavailable(failure.to_string())),
                 }
             }
-            _ => self.propose(command).await,
+            _ => self.propose_keyed(command, key).await,
         }
     }
 

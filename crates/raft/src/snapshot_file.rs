@@ -4,10 +4,14 @@
 //!
 //! ```text
 //! raft snapshot := MAGIC "SCHEDRSN" | VERSION u32 | LEN u32 | postcard(SnapshotRecord)
-//!                  | CRC u32 | SCHEDSNP stream (schedstate's snapshot format)
+//!                  | CRC u32
+//!                  | KEYS_LEN u32 | postcard(WriteKeysRecord) | KEYS_CRC u32   (version 2)
+//!                  | SCHEDSNP stream (schedstate's snapshot format)
 //! ```
-//! The CRC covers everything before it; the store's stream carries its own checksums
-//! and is checked, invariants included, before a snapshot is installed.
+//! The CRC covers everything before it; the keys' CRC covers their length and bytes;
+//! the store's stream carries its own checksums and is checked, invariants included,
+//! before a snapshot is installed. Version 2 added the write keys (exactly-once
+//! writes, [`crate::WriteKeys`]); a version-1 snapshot is read with none.
 
 use std::path::{Path, PathBuf};
 
@@ -18,12 +22,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
 use crate::log_format::{MembershipRecord, log_id, log_id_parts};
+use crate::write_keys::{WriteKeys, WriteKeysRecord};
 
 /// The first bytes of every replicated snapshot.
 pub const RAFT_SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDRSN";
-/// The replicated snapshot format version.
-pub const RAFT_SNAPSHOT_VERSION: u32 = 1;
+/// The replicated snapshot format version this build writes (it reads 1 and 2).
+pub const RAFT_SNAPSHOT_VERSION: u32 = 2;
 const HEADER_CAP: usize = 1 << 20;
+/// The largest write-key section: [`MAX_WRITE_KEYS`](crate::MAX_WRITE_KEYS) keys with
+/// their longest refusal messages fit in it.
+const KEYS_CAP: usize = 96 << 20;
+
+/// What a replicated snapshot holds besides the store's stream.
+pub(crate) struct Decoded<'b> {
+    pub meta: SnapshotMeta<NodeId, BasicNode>,
+    pub keys: WriteKeys,
+    /// The store's snapshot stream.
+    pub body: &'b [u8],
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct SnapshotRecord {
@@ -65,9 +81,10 @@ pub(crate) fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistE
     Ok(found)
 }
 
-/// Encodes `meta` and the state `snap` as one replicated snapshot.
+/// Encodes `meta`, the write keys and the state `snap` as one replicated snapshot.
 pub(crate) fn encode(
     meta: &SnapshotMeta<NodeId, BasicNode>,
+    keys: &WriteKeys,
     snap: &StateSnapshot,
 ) -> Result<Vec<u8>, PersistError> {
     let record = SnapshotRecord {
@@ -83,16 +100,19 @@ pub(crate) fn encode(
     out.extend_from_slice(&body);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
+    let keys = postcard::to_allocvec(&keys.to_record())?;
+    let start = out.len();
+    out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+    out.extend_from_slice(&keys);
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
     snap.write_to(&mut out)?;
     Ok(out)
 }
 
-/// Splits a replicated snapshot (`path` names it in errors) into its metadata and the
-/// store's snapshot stream, checking the header.
-pub(crate) fn decode<'b>(
-    path: &Path,
-    bytes: &'b [u8],
-) -> Result<(SnapshotMeta<NodeId, BasicNode>, &'b [u8]), PersistError> {
+/// Splits a replicated snapshot (`path` names it in errors) into its metadata, its
+/// write keys and the store's snapshot stream, checking the header and the keys.
+pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, PersistError> {
     let corrupt = |offset: u64, reason: String| PersistError::Corrupt {
         path: path.to_path_buf(),
         offset,
@@ -110,7 +130,7 @@ pub(crate) fn decode<'b>(
     let u32_at =
         |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = u32_at(8);
-    if version != RAFT_SNAPSHOT_VERSION {
+    if !(1..=RAFT_SNAPSHOT_VERSION).contains(&version) {
         return Err(PersistError::UnsupportedVersion {
             path: path.to_path_buf(),
             version,
@@ -138,24 +158,61 @@ pub(crate) fn decode<'b>(
         last_membership: record.membership.into_stored(),
         snapshot_id: record.snapshot_id,
     };
-    Ok((meta, &bytes[16 + len + 4..]))
+    let mut at = 16 + len + 4;
+    let keys = if version >= 2 {
+        if bytes.len() < at + 4 {
+            return Err(corrupt(at as u64, "no write-key section".into()));
+        }
+        let klen = u32_at(at) as usize;
+        if klen > KEYS_CAP || bytes.len() < at + 4 + klen + 4 {
+            return Err(corrupt(
+                at as u64,
+                format!("write-key section length {klen} does not fit the file"),
+            ));
+        }
+        if u32_at(at + 4 + klen) != crc32fast::hash(&bytes[at..at + 4 + klen]) {
+            return Err(PersistError::Checksum {
+                path: path.to_path_buf(),
+                offset: at as u64,
+                what: "raft snapshot write keys",
+            });
+        }
+        let record: WriteKeysRecord = postcard::from_bytes(&bytes[at + 4..at + 4 + klen])
+            .map_err(|e| corrupt(at as u64 + 4, format!("write keys do not decode: {e}")))?;
+        let keys = WriteKeys::from_record(record)
+            .map_err(|e| corrupt(at as u64 + 4, format!("write keys: {e}")))?;
+        at += 4 + klen + 4;
+        keys
+    } else {
+        WriteKeys::default()
+    };
+    Ok(Decoded {
+        meta,
+        keys,
+        body: &bytes[at..],
+    })
 }
 
 /// Restores the replicated snapshot `bytes`, read from the file `path`, into `store`:
 /// its header checked, then the store's stream (format, checksums, every invariant;
 /// the store is unchanged on error). Returns the Raft metadata and the stream's
-/// header. Errors name `path` and the offset in the file, not in the stream.
+/// header and the write keys. Errors name `path` and the offset in the file, not in
+/// the stream.
 pub(crate) fn restore(
     path: &Path,
     bytes: &[u8],
     store: &StateStore,
-) -> Result<(SnapshotMeta<NodeId, BasicNode>, SnapshotHeader), PersistError> {
-    let (meta, mut body) = decode(path, bytes)?;
+) -> Result<(SnapshotMeta<NodeId, BasicNode>, SnapshotHeader, WriteKeys), PersistError> {
+    let Decoded {
+        meta,
+        keys,
+        mut body,
+    } = decode(path, bytes)?;
     let base = (bytes.len() - body.len()) as u64;
     let header = store
         .restore_from(&mut body)
         .map_err(|e| in_file(e, path, base))?;
-    Ok((meta, header))
+    Ok((meta, header, keys))
 }
 
 /// `e`, an error of the store's stream that starts at offset `base` of the file
@@ -206,9 +263,9 @@ mod tests {
     fn damage_in_the_stream_is_named_with_the_file_and_its_offset() {
         let store = StateStore::new();
         let meta = SnapshotMeta::<NodeId, BasicNode>::default();
-        let mut bytes = encode(&meta, &store.snapshot()).unwrap();
+        let mut bytes = encode(&meta, &WriteKeys::default(), &store.snapshot()).unwrap();
         let path = Path::new("/data/snap-00000000000000000000.rsnap");
-        let (_, header) = restore(path, &bytes, &StateStore::new()).unwrap();
+        let (_, header, _) = restore(path, &bytes, &StateStore::new()).unwrap();
         assert_eq!(header.last_applied, 0);
 
         let last = bytes.len() - 1;
@@ -218,7 +275,7 @@ mod tests {
         assert!(text.starts_with(&format!("{}: ", path.display())), "{text}");
         match e {
             PersistError::Checksum { offset, .. } | PersistError::Corrupt { offset, .. } => {
-                let (_, body) = decode(path, &bytes).unwrap();
+                let body = decode(path, &bytes).unwrap().body;
                 assert!(offset >= (bytes.len() - body.len()) as u64, "{text}");
             }
             other => panic!("{other}"),

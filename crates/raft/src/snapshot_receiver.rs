@@ -143,7 +143,11 @@ pub fn check_snapshot(
     bytes: &[u8],
 ) -> Result<(), RpcRefused> {
     let refuse = |why: String| RpcRefused::Snapshot(why);
-    let (inner, mut body) = snapshot_file::decode(Path::new("<received snapshot>"), bytes)
+    let snapshot_file::Decoded {
+        meta: inner,
+        mut body,
+        ..
+    } = snapshot_file::decode(Path::new("<received snapshot>"), bytes)
         .map_err(|e| refuse(e.to_string()))?;
     if inner.last_log_id != meta.last_log_id || inner.last_membership != meta.last_membership {
         return Err(refuse(format!(
@@ -167,5 +171,5 @@ pub fn encode_snapshot(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     snap: &schedstate::state::StateSnapshot,
 ) -> Result<Vec<u8>, schedstate::persist::PersistError> {
-    snapshot_file::encode(meta, snap)
+    snapshot_file::encode(meta, &crate::WriteKeys::default(), snap)
 }

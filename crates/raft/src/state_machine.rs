@@ -5,7 +5,13 @@
 //! A command the rules refuse is applied all the same — as a no-op: every server
 //! refuses it identically (the rules are deterministic), the state is unchanged, the
 //! last applied log id moves on, and the refusal goes back to the proposer.
+//!
+//! A command with a write key the state machine already kept ([`WriteKeys`]) is not
+//! applied at all: it answers the first apply's outcome and index (or, with another
+//! request under the same key, a refusal). The keys move with the state: into every
+//! snapshot, out of every snapshot restored or installed.
 
+use std::collections::HashMap;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,20 +25,53 @@ use openraft::{
 use parking_lot::Mutex;
 use schedstate::persist::PersistError;
 use schedstate::persist::segment::{remove_file_durably, write_file_atomically};
-use schedstate::state::{Commit, StateError, StateSnapshot, StateStore};
+use schedstate::state::{Command, Commit, StateError, StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::observe::{ApplyEvent, ApplyObserver};
 use crate::snapshot_file::{self, snapshot_files, snapshot_name};
+use crate::write_keys::{KeyCheck, WriteKeys};
 use crate::{Entry, NodeId, Proposal, TypeConfig};
 
-/// What applying one entry gave, per command of its proposal: nothing for a command
-/// that committed, the rule it broke for one the rules refused. Only the proposer's
+/// What applying one entry gave, per command of its proposal. Only the proposer's
 /// server hands it on; it is not sent over the network (hence skipped by serde).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ApplyResponse {
     #[serde(skip)]
-    pub(crate) refused: Vec<Option<StateError>>,
+    pub(crate) outcomes: Vec<Outcome>,
+}
+
+/// What one command of an entry came to.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Outcome {
+    /// Applied at the entry's index.
+    Applied,
+    /// Refused by the rules at the entry's index (a no-op).
+    Refused(StateError),
+    /// Its write key was kept: not applied again; this is the first apply's outcome.
+    Replayed {
+        /// The index the first apply was at.
+        index: u64,
+        /// The first apply's refusal (kind, message), if it was refused.
+        refusal: Option<(String, String)>,
+    },
+    /// Its write key was kept for another request: not applied.
+    KeyReused {
+        /// The index the key was first used at.
+        index: u64,
+    },
+}
+
+/// What applying an entry's proposal did.
+pub(crate) struct ProposalApplied {
+    /// The rows the applied commands changed, if any.
+    pub commit: Option<Commit>,
+    /// Per command of the proposal.
+    pub outcomes: Vec<Outcome>,
+    /// The commands actually applied (accepted or refused by the rules) and the
+    /// refusals among them, when some were answered from their keys instead; `None`
+    /// when every command was applied.
+    pub applied_only: Option<(Vec<Arc<Command>>, Vec<Option<StateError>>)>,
 }
 
 /// The last applied log id and membership, shared with the server handle.
@@ -49,6 +88,9 @@ pub(crate) struct StateMachine {
     store: StateStore,
     dir: PathBuf,
     applied: Arc<Mutex<Applied>>,
+    /// The write keys, shared with the server handle (which answers a known key
+    /// without proposing it again).
+    keys: Arc<Mutex<WriteKeys>>,
     /// The newest snapshot on disk.
     current: Option<(SnapshotMeta<NodeId, BasicNode>, PathBuf)>,
     built: u64,
@@ -70,12 +112,14 @@ impl StateMachine {
         dir: &Path,
         store: StateStore,
         applied: Arc<Mutex<Applied>>,
+        keys: Arc<Mutex<WriteKeys>>,
         observer: Option<ApplyObserver>,
     ) -> Result<StateMachine, PersistError> {
         let mut sm = StateMachine {
             store,
             dir: dir.to_path_buf(),
             applied,
+            keys,
             current: None,
             built: 0,
             observer,
@@ -85,7 +129,8 @@ impl StateMachine {
                 path: path.clone(),
                 source,
             })?;
-            let (meta, _) = snapshot_file::restore(&path, &bytes, &sm.store)?;
+            let (meta, _, keys) = snapshot_file::restore(&path, &bytes, &sm.store)?;
+            *sm.keys.lock() = keys;
             let mut a = sm.applied.lock();
             a.last = meta.last_log_id;
             a.membership = meta.last_membership.clone();
@@ -122,6 +167,7 @@ impl StateMachine {
 /// off the apply path.
 pub(crate) struct SnapshotBuilder {
     snap: StateSnapshot,
+    keys: WriteKeys,
     last: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
     dir: PathBuf,
@@ -135,7 +181,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: self.membership.clone(),
             snapshot_id: self.id.clone(),
         };
-        let bytes = snapshot_file::encode(&meta, &self.snap).map_err(snap_err)?;
+        let bytes = snapshot_file::encode(&meta, &self.keys, &self.snap).map_err(snap_err)?;
         StateMachine::keep_snapshot(&self.dir, &meta, &bytes).map_err(snap_err)?;
         Ok(Snapshot {
             meta,
@@ -153,42 +199,163 @@ impl StateMachine {
         proposal: &Proposal,
     ) -> Result<ApplyResponse, StorageError<NodeId>> {
         let started = Instant::now();
-        let (commit, refused) = apply_proposal_to(&self.store, index, proposal).map_err(sm_err)?;
+        let applied = apply_proposal_to(&self.store, &mut self.keys.lock(), index, proposal)
+            .map_err(sm_err)?;
         if let Some(observer) = &self.observer {
+            let all;
+            let (commands, refused) = match &applied.applied_only {
+                Some((commands, refused)) => (commands.as_slice(), refused.as_slice()),
+                None => {
+                    all = refusals(&applied.outcomes);
+                    (proposal.commands.as_slice(), all.as_slice())
+                }
+            };
             observer.tell(&ApplyEvent::Applied {
                 index,
-                commit: commit.as_ref(),
-                commands: &proposal.commands,
-                refused: &refused,
+                commit: applied.commit.as_ref(),
+                commands,
+                refused,
                 took: started.elapsed(),
             });
         }
-        Ok(ApplyResponse { refused })
+        Ok(ApplyResponse {
+            outcomes: applied.outcomes,
+        })
     }
+}
+
+/// Per outcome of applied commands: the refusal, if refused.
+fn refusals(outcomes: &[Outcome]) -> Vec<Option<StateError>> {
+    outcomes
+        .iter()
+        .map(|o| match o {
+            Outcome::Refused(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Applies a proposal's commands to `store` at `index`, as every server does: one
 /// alone, several as a batch (one transaction, each command kept or undone on its
-/// own). Returns the write, if any, and per command the rule that refused it.
+/// own); a command whose write key `keys` holds is answered from it instead, and the
+/// keys of the commands applied are kept.
 ///
 /// # Errors
 /// [`StateError::StaleIndex`]: not a refusal, but the log and the state disagreeing,
 /// which must stop a server (nothing applied).
 pub(crate) fn apply_proposal_to(
     store: &StateStore,
+    keys: &mut WriteKeys,
     index: u64,
     proposal: &Proposal,
-) -> Result<(Option<Commit>, Vec<Option<StateError>>), StateError> {
-    match proposal.commands.as_slice() {
+) -> Result<ProposalApplied, StateError> {
+    let Some(proposal_keys) = &proposal.keys else {
+        let (commit, outcomes) = apply_commands(store, index, &proposal.commands)?;
+        return Ok(ProposalApplied {
+            commit,
+            outcomes,
+            applied_only: None,
+        });
+    };
+    keys.advance(proposal_keys.at_ms);
+    // Which commands to apply: those without a key, and the first of each key not
+    // kept yet. A later command of the same entry with that key waits for its outcome.
+    let n = proposal.commands.len();
+    let mut answered: Vec<Option<Outcome>> = vec![None; n];
+    let mut same_as: Vec<Option<usize>> = vec![None; n];
+    let mut first_of: HashMap<[u8; 32], usize> = HashMap::new();
+    let mut fresh = Vec::new();
+    for i in 0..n {
+        let Some(key) = proposal.key(i) else {
+            fresh.push(i);
+            continue;
+        };
+        match keys.check(key) {
+            KeyCheck::Replay(kept) => {
+                answered[i] = Some(Outcome::Replayed {
+                    index: kept.index,
+                    refusal: kept.refusal,
+                });
+            }
+            KeyCheck::Reused { index } => answered[i] = Some(Outcome::KeyReused { index }),
+            KeyCheck::Fresh => match first_of.get(&key.id) {
+                Some(&j) if proposal.key(j).map(|k| k.fingerprint) == Some(key.fingerprint) => {
+                    same_as[i] = Some(j);
+                }
+                Some(_) => answered[i] = Some(Outcome::KeyReused { index }),
+                None => {
+                    first_of.insert(key.id, i);
+                    fresh.push(i);
+                }
+            },
+        }
+    }
+    let commands: Vec<Arc<Command>> = fresh
+        .iter()
+        .map(|&i| proposal.commands[i].clone())
+        .collect();
+    let (commit, applied) = apply_commands(store, index, &commands)?;
+    for (&i, outcome) in fresh.iter().zip(applied) {
+        if let Some(key) = proposal.key(i) {
+            let refusal = match &outcome {
+                Outcome::Refused(e) => Some((e.kind().to_string(), e.to_string())),
+                _ => None,
+            };
+            keys.keep(key, index, refusal);
+        }
+        answered[i] = Some(outcome);
+    }
+    for i in 0..n {
+        if let Some(j) = same_as[i] {
+            let refusal = match &answered[j] {
+                Some(Outcome::Refused(e)) => Some((e.kind().to_string(), e.to_string())),
+                _ => None,
+            };
+            answered[i] = Some(Outcome::Replayed { index, refusal });
+        }
+    }
+    let outcomes: Vec<Outcome> = answered
+        .into_iter()
+        .map(|o| o.expect("every command is answered"))
+        .collect();
+    let applied_only = (fresh.len() < n).then(|| {
+        let refused = fresh
+            .iter()
+            .map(|&i| match &outcomes[i] {
+                Outcome::Refused(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
+        (commands, refused)
+    });
+    Ok(ProposalApplied {
+        commit,
+        outcomes,
+        applied_only,
+    })
+}
+
+/// Applies `commands` at `index`: none, one alone, or several as a batch.
+fn apply_commands(
+    store: &StateStore,
+    index: u64,
+    commands: &[Arc<Command>],
+) -> Result<(Option<Commit>, Vec<Outcome>), StateError> {
+    let outcome = |r: Result<(), StateError>| match r {
+        Ok(()) => Outcome::Applied,
+        Err(e) => Outcome::Refused(e),
+    };
+    match commands {
+        [] => Ok((None, Vec::new())),
         [one] => match store.apply(index, one) {
-            Ok(commit) => Ok((Some(commit), vec![None])),
+            Ok(commit) => Ok((Some(commit), vec![Outcome::Applied])),
             Err(e @ StateError::StaleIndex { .. }) => Err(e),
-            Err(refused) => Ok((None, vec![Some(refused)])),
+            Err(refused) => Ok((None, vec![Outcome::Refused(refused)])),
         },
         many => {
-            let outcome = store.apply_batch(index, many.iter().map(|c| &**c))?;
-            let refused = outcome.results.into_iter().map(Result::err).collect();
-            Ok((outcome.commit, refused))
+            let applied = store.apply_batch(index, many.iter().map(|c| &**c))?;
+            let outcomes = applied.results.into_iter().map(outcome).collect();
+            Ok((applied.commit, outcomes))
         }
     }
 }
@@ -232,6 +399,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let a = self.applied.lock();
         SnapshotBuilder {
             snap: self.store.snapshot(),
+            keys: self.keys.lock().clone(),
             last: a.last,
             membership: a.membership.clone(),
             dir: self.dir.clone(),
@@ -251,8 +419,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let bytes = snapshot.into_inner();
-        let (inner_meta, mut body) =
-            snapshot_file::decode(Path::new("<received snapshot>"), &bytes).map_err(snap_err)?;
+        let snapshot_file::Decoded {
+            meta: inner_meta,
+            keys,
+            mut body,
+        } = snapshot_file::decode(Path::new("<received snapshot>"), &bytes).map_err(snap_err)?;
         if inner_meta.last_log_id != meta.last_log_id {
             return Err(snap_err(std::io::Error::other(format!(
                 "snapshot says it ends at {:?}, its transfer at {:?}",
@@ -262,6 +433,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Checks the format, the checksums and every invariant before anything
         // changes; fires every watch (blocking queries re-run on the new state).
         self.store.restore_from(&mut body).map_err(snap_err)?;
+        *self.keys.lock() = keys;
         let path = StateMachine::keep_snapshot(&self.dir, meta, &bytes).map_err(snap_err)?;
         {
             let mut a = self.applied.lock();
@@ -287,7 +459,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(None);
         };
         let bytes = std::fs::read(&path).map_err(snap_err)?;
-        let (meta, _) = snapshot_file::decode(&path, &bytes).map_err(snap_err)?;
+        let meta = snapshot_file::decode(&path, &bytes).map_err(snap_err)?.meta;
         self.current = Some((meta.clone(), path));
         Ok(Some(Snapshot {
             meta,

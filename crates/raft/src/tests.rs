@@ -31,6 +31,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
             dir.path(),
             StateStore::new(),
             Arc::new(Mutex::new(Applied::default())),
+            Arc::default(),
             None,
         )
         .map_err(|e| openraft::StorageIOError::read(&e))?;

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::inbound::{self, RpcRefused};
 use crate::network::{Network, RpcFailure, RpcResult};
-use crate::{Committed, NodeId, ProposeError, Server, TypeConfig};
+use crate::{Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
 /// The largest RPC either way, encoded (a batch of entries, a snapshot chunk). A
 /// sender splits a batch of entries that would be larger (openraft's
@@ -36,8 +36,8 @@ pub enum RpcRequest {
     Vote(VoteRequest<NodeId>),
     /// One chunk of a snapshot.
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
-    /// A proposal forwarded to the leader.
-    Forward(Command),
+    /// A proposal forwarded to the leader, with its write key if it has one.
+    Forward(Command, Option<WriteKey>),
 }
 
 /// The answer to an [`RpcRequest`], of the same kind.
@@ -148,6 +148,11 @@ pub enum WireOutcome {
     Unavailable(String),
     /// The target is shutting down.
     Stopped,
+    /// The write key was used at `index` for another request.
+    KeyReused {
+        /// The index the key was first used at.
+        index: u64,
+    },
 }
 
 impl From<Result<Committed, ProposeError>> for WireOutcome {
@@ -174,6 +179,7 @@ impl From<Result<Committed, ProposeError>> for WireOutcome {
             }
             Err(ProposeError::Unavailable(why)) => WireOutcome::Unavailable(why),
             Err(ProposeError::Stopped) => WireOutcome::Stopped,
+            Err(ProposeError::KeyReused { index }) => WireOutcome::KeyReused { index },
         }
     }
 }
@@ -197,6 +203,7 @@ impl From<WireOutcome> for Result<Committed, ProposeError> {
             }
             WireOutcome::Unavailable(why) => Err(ProposeError::Unavailable(why)),
             WireOutcome::Stopped => Err(ProposeError::Stopped),
+            WireOutcome::KeyReused { index } => Err(ProposeError::KeyReused { index }),
         }
     }
 }
@@ -223,7 +230,9 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
             inbound::check_snapshot_chunk(&view, &rpc)?;
             RpcAnswer::InstallSnapshot(server.receive_snapshot_chunk(view.vote, rpc).await?)
         }
-        RpcRequest::Forward(command) => RpcAnswer::Forward(server.propose(command).await.into()),
+        RpcRequest::Forward(command, key) => {
+            RpcAnswer::Forward(server.propose_keyed(command, key).await.into())
+        }
     })
 }
 
@@ -310,9 +319,10 @@ impl<T: Transport> Network for T {
         target: NodeId,
         addr: &str,
         command: Command,
+        key: Option<WriteKey>,
     ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
         match self
-            .call(target, addr, RpcRequest::Forward(command))
+            .call(target, addr, RpcRequest::Forward(command, key))
             .await?
         {
             RpcAnswer::Forward(outcome) => Ok(outcome.into()),

@@ -18,6 +18,7 @@ use schedstate::state::Command;
 
 use super::body::read_json;
 use super::error::ApiError;
+use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
@@ -62,9 +63,14 @@ fn created(st: &Service, index: u64, accessor: &str, secret: String, pretty: boo
 }
 
 /// `POST /v1/acl/bootstrap`: needs no token, works once per cluster.
+/// Why the writes that make a secret take no `Idempotency-Key`: a replay could not
+/// show the secret again (only its hash is kept).
+const SECRET_ONCE: &str = "its answer holds a new secret, shown once; if the outcome is unknown, list the tokens before trying again";
+
 pub(crate) async fn bootstrap(
     State(st): State<AppState>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -102,7 +108,10 @@ pub(crate) async fn bootstrap(
         hash_secret(&secret),
     );
     token.create_time = unix_now();
-    match commit(&st, Command::AclBootstrap { token }).await {
+    if let Err(e) = key.refuse(SECRET_ONCE) {
+        return e.into_response();
+    }
+    match commit(&st, &key, Command::AclBootstrap { token }).await {
         Ok(index) => {
             tracing::info!(accessor = %accessor, index, "ACL bootstrapped");
             created(&st, index, &accessor, secret, p.pretty)
@@ -125,6 +134,7 @@ fn expires_after(ttl: Duration) -> u64 {
 pub(crate) async fn create(
     State(st): State<AppState>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -160,7 +170,10 @@ pub(crate) async fn create(
     token.create_time = now;
     token.expiration_time = ttl.map(expires_after);
     let tokens = vec![token];
-    match commit(&st, Command::CreateAclTokens { tokens }).await {
+    if let Err(e) = key.refuse(SECRET_ONCE) {
+        return e.into_response();
+    }
+    match commit(&st, &key, Command::CreateAclTokens { tokens }).await {
         Ok(index) => {
             tracing::info!(accessor = %accessor, index, "ACL token created");
             created(&st, index, &accessor, secret, p.pretty)
@@ -227,6 +240,7 @@ pub(crate) async fn revoke(
     State(st): State<AppState>,
     Path(accessor): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
 ) -> Response {
     if !st.acl {
         return acl_off().into_response();
@@ -234,7 +248,7 @@ pub(crate) async fn revoke(
     let command = Command::DeleteAclTokens {
         accessor_ids: vec![accessor.as_str().into()],
     };
-    match commit(&st, command).await {
+    match commit(&st, &key, command).await {
         Ok(index) => {
             tracing::info!(accessor = %accessor, index, "ACL token revoked");
             json(

@@ -74,6 +74,10 @@ fn public(why: &str) -> String {
     }
 }
 
+/// What an answer whose outcome is unknown tells the client to do.
+pub(crate) const RETRY_ADVICE: &str =
+    "retry with the same Idempotency-Key, or read before retrying without one";
+
 impl From<ProposeError> for ApiError {
     fn from(e: ProposeError) -> Self {
         let message = e.to_string();
@@ -105,13 +109,13 @@ impl From<ProposeError> for ApiError {
             ProposeError::NotLeader { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "NotLeader",
-                format!("{message}; the outcome is unknown: read before retrying"),
+                format!("{message}; the outcome is unknown: {RETRY_ADVICE}"),
             ),
             ProposeError::Unavailable(why) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
                 format!(
-                    "no answer from the cluster ({}); the outcome is unknown: read before retrying",
+                    "no answer from the cluster ({}); the outcome is unknown: {RETRY_ADVICE}",
                     public(&why)
                 ),
             ),
@@ -120,6 +124,16 @@ impl From<ProposeError> for ApiError {
                 "ShuttingDown",
                 "the server is shutting down",
             ),
+            ProposeError::KeyReused { index } => ApiError {
+                status: StatusCode::UNPROCESSABLE_ENTITY,
+                body: ErrorBody {
+                    kind: "IdempotencyKeyReused".into(),
+                    message: format!(
+                        "this Idempotency-Key was used at index {index} for another request; nothing was applied (a retry must send the same request)"
+                    ),
+                    index: Some(index),
+                },
+            },
         }
     }
 }

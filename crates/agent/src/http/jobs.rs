@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use super::body::read_write_json;
 use super::error::ApiError;
+use super::idempotency::IdempotencyKey;
 use super::listing::Listing;
 use super::query::{Checked, Params};
 use super::reads::{Item, blocking, index_of, namespace_of, unreachable_missing};
@@ -195,6 +196,7 @@ fn job_of(request: RegisterRequest, path_id: Option<&str>, p: &Params) -> Result
 
 async fn register_job(
     st: &Service,
+    key: &IdempotencyKey,
     path_id: Option<&str>,
     p: &Params,
     headers: &HeaderMap,
@@ -208,7 +210,7 @@ async fn register_job(
         Err(e) => return e.into_response(),
     };
     let (namespace, id) = (job.namespace.clone(), job.id.clone());
-    let index = match commit(st, Command::UpsertJobs { jobs: vec![job] }).await {
+    let index = match commit(st, key, Command::UpsertJobs { jobs: vec![job] }).await {
         Ok(i) => i,
         Err(e) => return e.into_response(),
     };
@@ -234,10 +236,11 @@ async fn register_job(
 pub(crate) async fn register(
     State(st): State<AppState>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    register_job(&st, None, &p, &headers, body).await
+    register_job(&st, &key, None, &p, &headers, body).await
 }
 
 /// `POST /v1/job/{id}`: the body's job must be the one the path names.
@@ -245,10 +248,11 @@ pub(crate) async fn register_at(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    register_job(&st, Some(&id), &p, &headers, body).await
+    register_job(&st, &key, Some(&id), &p, &headers, body).await
 }
 
 /// `DELETE /v1/job/{id}?namespace=&purge=`.
@@ -256,6 +260,7 @@ pub(crate) async fn deregister(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
 ) -> Response {
     let namespace = match write_namespace(&p) {
         Ok(ns) => ns,
@@ -267,7 +272,7 @@ pub(crate) async fn deregister(
     } else {
         Command::StopJobs { namespace, ids }
     };
-    match commit(&st, command).await {
+    match commit(&st, &key, command).await {
         Ok(index) => json(
             &st,
             StatusCode::OK,

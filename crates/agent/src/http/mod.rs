@@ -13,7 +13,8 @@
 //! | `jobs.rs` | jobs: `GET` (blocking), register, stop and purge in Nomad's shapes |
 //! | `node_writes.rs`, `volume_writes.rs` | the node, allocation and volume writes Nomad's clients make |
 //! | `listing.rs` | Nomad's list parameters: prefix, filter, reverse, pages |
-//! | `writes.rs` | `POST /v1/commands` |
+//! | `writes.rs` | `POST /v1/commands`; `commit`, which every write goes through |
+//! | `idempotency.rs` | `Idempotency-Key`: exactly-once writes, the replay mark |
 //! | `stream.rs` | `GET /v1/event/stream` |
 //! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self` |
 //! | `peers.rs` | `POST /v1/operator/raft/peer`: add, remove, recover |
@@ -25,6 +26,7 @@ mod auth;
 mod body;
 mod consistency;
 mod error;
+mod idempotency;
 mod jobs;
 mod listing;
 mod node_writes;
@@ -42,7 +44,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::from_fn_with_state;
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::Serialize;
@@ -156,6 +158,7 @@ pub(crate) fn router(st: AppState) -> Router {
             "/v1/job/{id}",
             post(jobs::register_at).delete(jobs::deregister),
         )
+        .route_layer(from_fn(idempotency::mark_replays))
         .route_layer(need(Need::Scope(AclScope::Write)));
     let operator = Router::new()
         .route("/v1/operator/snapshot", get(operator::snapshot))
@@ -176,6 +179,7 @@ pub(crate) fn router(st: AppState) -> Router {
             "/v1/acl/token/{accessor}",
             get(acl::read).delete(acl::revoke),
         )
+        .route_layer(from_fn(idempotency::mark_replays))
         .route_layer(need(Need::Scope(AclScope::Management)));
     let any_token = Router::new()
         .route("/v1/acl/token/self", get(acl::own))

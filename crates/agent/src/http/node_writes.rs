@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::body::read_json;
 use super::error::ApiError;
+use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
@@ -47,6 +48,7 @@ pub(crate) async fn eligibility(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -68,7 +70,7 @@ pub(crate) async fn eligibility(
         id: id.as_str().into(),
         eligible,
     };
-    match commit(&st, command).await {
+    match commit(&st, &key, command).await {
         Ok(index) => updated(&st, index, p.pretty),
         Err(e) => e.into_response(),
     }
@@ -78,6 +80,7 @@ pub(crate) async fn drain(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -106,7 +109,7 @@ pub(crate) async fn drain(
     };
     let mut index = 0;
     for command in commands {
-        match commit(&st, command).await {
+        match commit(&st, &key, command).await {
             Ok(i) => index = i,
             Err(e) => return e.into_response(),
         }
@@ -121,11 +124,12 @@ pub(crate) async fn stop_allocation(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
 ) -> Response {
     let command = Command::StopAllocs {
         ids: vec![id.as_str().into()],
     };
-    match commit(&st, command).await {
+    match commit(&st, &key, command).await {
         Ok(index) => json(
             &st,
             StatusCode::OK,

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::body::read_json;
 use super::error::ApiError;
+use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
@@ -38,6 +39,7 @@ pub(crate) async fn register(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -72,7 +74,7 @@ pub(crate) async fn register(
         ))
         .into_response();
     }
-    match commit(&st, Command::RegisterCsiVolumes { volumes }).await {
+    match commit(&st, &key, Command::RegisterCsiVolumes { volumes }).await {
         Ok(index) => written(&st, index, p.pretty),
         Err(e) => e.into_response(),
     }
@@ -82,6 +84,7 @@ pub(crate) async fn deregister(
     State(st): State<AppState>,
     Path(id): Path<String>,
     Checked(p): Checked,
+    key: IdempotencyKey,
 ) -> Response {
     let namespace = p.namespace.clone().unwrap_or_else(|| "default".into());
     let command = Command::DeregisterCsiVolumes {
@@ -89,7 +92,7 @@ pub(crate) async fn deregister(
         ids: vec![id.as_str().into()],
         force: p.force,
     };
-    match commit(&st, command).await {
+    match commit(&st, &key, command).await {
         Ok(index) => written(&st, index, p.pretty),
         Err(e) => e.into_response(),
     }

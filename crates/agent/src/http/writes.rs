@@ -7,7 +7,8 @@
 //! `Content-Length` before it is read, or while reading), bad JSON or an unknown field
 //! or variant 400, a command breaking an input rule (sizes, characters) 400. A
 //! command the rules refuse on the state is committed as a no-op and answered 409
-//! with the rule's kind.
+//! with the rule's kind. With an `Idempotency-Key` (see [`super::idempotency`]) a
+//! retry answers the first outcome instead of applying again.
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use schedstate::state::Command;
 
 use super::body::read_write_json;
 use super::error::ApiError;
+use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::{AppState, json};
 use crate::api::WriteResponse;
@@ -46,6 +48,7 @@ async fn read_command(st: &Service, headers: &HeaderMap, body: Body) -> Result<C
 pub(crate) async fn command(
     State(st): State<AppState>,
     Checked(p): Checked,
+    key: IdempotencyKey,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -61,7 +64,7 @@ pub(crate) async fn command(
         )
         .into_response();
     }
-    match commit(&st, command).await {
+    match commit(&st, &key, command).await {
         Ok(index) => json(
             &st,
             StatusCode::OK,
@@ -73,26 +76,40 @@ pub(crate) async fn command(
     }
 }
 
-/// Proposes `command` (forwarded to the leader from a follower) and answers its index
-/// once it committed and this server applied it — so a `?stale` read here right after
-/// sees it. Shared by the command route and the ACL routes.
-pub(crate) async fn commit(st: &Service, command: Command) -> Result<u64, ApiError> {
+/// Proposes `command` (forwarded to the leader from a follower) under the request's
+/// next write key, if it sent one, and answers its index once it committed and this
+/// server applied it — so a `?stale` read here right after sees it. A replayed
+/// outcome answers the first apply's index. Shared by every write route.
+pub(crate) async fn commit(
+    st: &Service,
+    key: &IdempotencyKey,
+    command: Command,
+) -> Result<u64, ApiError> {
     if st.server.leader().is_none() && st.server.wait_for_leader(LEADER_WAIT).await.is_err() {
         return Err(ApiError::no_leader());
     }
     let kind = command.kind();
-    let proposed = tokio::time::timeout(COMMIT_WAIT, st.server.propose_or_forward(command)).await;
+    let write_key = key.next_key(&command);
+    let proposed = tokio::time::timeout(
+        COMMIT_WAIT,
+        st.server.propose_or_forward_keyed(command, write_key),
+    )
+    .await;
     let Ok(proposed) = proposed else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Unavailable",
             format!(
-                "not committed within {COMMIT_WAIT:?} (no quorum?); the outcome is unknown: read before retrying"
+                "not committed within {COMMIT_WAIT:?} (no quorum?); the outcome is unknown: {}",
+                super::error::RETRY_ADVICE
             ),
         ));
     };
     match proposed {
         Ok(committed) => {
+            if committed.replayed {
+                key.mark_replayed();
+            }
             // Applied on the leader; make it visible here too before answering.
             if let Err(e) = st
                 .server

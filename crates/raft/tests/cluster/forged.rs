@@ -68,9 +68,7 @@ fn entry(
 }
 
 fn blank_proposal() -> EntryPayload<TypeConfig> {
-    EntryPayload::Normal(Proposal {
-        commands: Vec::new(),
-    })
+    EntryPayload::Normal(Proposal::new(Vec::new()))
 }
 
 /// The cluster is healthy: the follower's Raft runs and a write through it commits
@@ -382,9 +380,12 @@ fn write_raft_rpc_fuzz_seeds() {
         ),
         (
             "forward",
-            RpcRequest::Forward(Command::UpsertNode {
-                node: marker_node("seed", 1),
-            }),
+            RpcRequest::Forward(
+                Command::UpsertNode {
+                    node: marker_node("seed", 1),
+                },
+                None,
+            ),
         ),
     ];
     for (name, request) in requests {

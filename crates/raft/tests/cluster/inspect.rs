@@ -184,6 +184,7 @@ fn entry(index: u64) -> Entry {
             commands: vec![Arc::new(Command::UpsertNodes {
                 nodes: vec![marker_node("inspect", index)],
             })],
+            keys: None,
         }),
     }
 }

@@ -18,6 +18,7 @@ fn entry(index: u64) -> Entry {
             commands: vec![Arc::new(Command::UpsertNodes {
                 nodes: vec![marker_node("log", index)],
             })],
+            keys: None,
         }),
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 use axum::body::Bytes;
 use hyper::{HeaderMap, Method, StatusCode, Uri};
 use schedstate::model::{AllocListStub, Allocation, CsiPlugin, CsiVolume, Job, Node};
-use schedstate::state::Command;
 use serde::de::DeserializeOwned;
 
 use crate::api::nomad::{
@@ -15,10 +14,14 @@ use crate::api::nomad::{
 };
 use crate::api::{
     AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, AgentSelf, ErrorBody,
-    INDEX_HEADER, JobWriteResponse, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration,
-    TOKEN_HEADER, WriteResponse,
+    INDEX_HEADER, PeerChange, PeerChangeDone, PluginListStub, RaftConfiguration, TOKEN_HEADER,
+    WriteResponse,
 };
 use crate::outbound::{Answer, HttpClient, HttpError};
+
+mod writes;
+
+pub use writes::{Written, new_write_key};
 
 /// Why a request to an agent failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +35,8 @@ pub enum ClientError {
         reason: String,
     },
     /// No answer (connection refused or reset, timeout). For a write, the outcome is
-    /// unknown: read before retrying.
+    /// unknown: the client's writes were sent again under their `Idempotency-Key`
+    /// before this was returned; send it again under the same key, or read first.
     #[error("no answer from {url}: {cause}")]
     Transport {
         /// The request's URL.
@@ -268,7 +272,8 @@ impl Client {
         &self.base
     }
 
-    /// `method path?query` with a JSON `body`, answered whole within `timeout`.
+    /// `method path?query` with a JSON `body` (and an `Idempotency-Key`, for a
+    /// write that has one), answered whole within `timeout`.
     async fn call(
         &self,
         method: Method,
@@ -276,6 +281,7 @@ impl Client {
         query: &[(&str, &str)],
         body: Option<Vec<u8>>,
         timeout: Duration,
+        key: Option<&str>,
     ) -> Result<(Answer, String), ClientError> {
         let mut url = format!("{}{path}", self.base);
         if !query.is_empty() {
@@ -292,6 +298,9 @@ impl Client {
         }
         if body.is_some() {
             headers.push(("content-type", "application/json"));
+        }
+        if let Some(key) = key {
+            headers.push(("idempotency-key", key));
         }
         let body = body.map(Bytes::from).unwrap_or_default();
         match self
@@ -317,7 +326,7 @@ impl Client {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<(T, HeaderMap), ClientError> {
-        let (answer, url) = self.call(method, path, query, body, timeout).await?;
+        let (answer, url) = self.call(method, path, query, body, timeout, None).await?;
         if answer.status != StatusCode::OK {
             return Err(Self::error(answer, url));
         }
@@ -371,7 +380,14 @@ impl Client {
         let mut q: Vec<(&str, &str)> = own.iter().map(|(k, v)| (*k, v.as_str())).collect();
         q.extend_from_slice(extra);
         let (answer, url) = self
-            .call(Method::GET, path, &q, None, request_timeout(Some(&opts)))
+            .call(
+                Method::GET,
+                path,
+                &q,
+                None,
+                request_timeout(Some(&opts)),
+                None,
+            )
             .await?;
         let index = Self::index_of(&answer.headers);
         match answer.status {
@@ -635,85 +651,6 @@ impl Client {
         })
     }
 
-    /// `POST /v1/jobs` with Nomad's `{"Job": …}`: registers `job`, or updates its
-    /// definition (type and groups; status, version and indexes are the store's to
-    /// set, and a dead job registered again runs again).
-    ///
-    /// # Errors
-    /// 400 for a job the input rules refuse (a duplicate group, an empty plugin id).
-    pub async fn register_job(&self, job: &Job) -> Result<JobWriteResponse, ClientError> {
-        let mut shape = NomadJob::from(job);
-        shape.stop = false;
-        let body = serde_json::to_vec(&serde_json::json!({ "Job": shape })).map_err(|e| {
-            ClientError::Decode {
-                url: self.base.clone(),
-                reason: e.to_string(),
-            }
-        })?;
-        self.post_json("/v1/jobs", body, None).await
-    }
-
-    /// `DELETE /v1/job/<id>?namespace=`: stops the job (status dead, the row kept;
-    /// it expects no plugin instance any more).
-    ///
-    /// # Errors
-    /// 404 `JobNotFound` for an unknown job.
-    pub async fn stop_job(
-        &self,
-        namespace: &str,
-        id: &str,
-    ) -> Result<JobWriteResponse, ClientError> {
-        self.delete_job(namespace, id, false).await
-    }
-
-    /// `DELETE /v1/job/<id>?namespace=&purge=true`: deletes the job (its allocations
-    /// stay until collected).
-    ///
-    /// # Errors
-    /// 404 `JobNotFound` for an unknown job.
-    pub async fn purge_job(
-        &self,
-        namespace: &str,
-        id: &str,
-    ) -> Result<JobWriteResponse, ClientError> {
-        self.delete_job(namespace, id, true).await
-    }
-
-    async fn delete_job(
-        &self,
-        namespace: &str,
-        id: &str,
-        purge: bool,
-    ) -> Result<JobWriteResponse, ClientError> {
-        let path = format!("/v1/job/{}", path_segment(id));
-        let query = [
-            ("namespace", namespace),
-            ("purge", if purge { "true" } else { "false" }),
-        ];
-        let timeout = request_timeout(None);
-        let (answer, _) = self
-            .call_ok(Method::DELETE, &path, &query, None, timeout)
-            .await?;
-        Ok(answer)
-    }
-
-    /// `POST /v1/commands`: proposes `command`, answers its index once it committed
-    /// and the answering server applied it.
-    ///
-    /// # Errors
-    /// [`ClientError::Api`] with status 409 and the rule's kind for a refused command;
-    /// 503 without a leader; [`ClientError::changed_nothing`] says whether a retry is
-    /// safe.
-    pub async fn apply(&self, command: &Command) -> Result<u64, ClientError> {
-        let body = serde_json::to_vec(command).map_err(|e| ClientError::Decode {
-            url: self.base.clone(),
-            reason: e.to_string(),
-        })?;
-        self.post_json("/v1/commands", body, None)
-            .await
-            .map(|w: WriteResponse| w.index)
-    }
-
     /// POSTs a JSON `body` and reads a JSON answer; `within` replaces the client's
     /// request timeout for calls the agent may take longer to answer.
     async fn post_json<T: DeserializeOwned>(
@@ -786,6 +723,7 @@ impl Client {
                 query,
                 None,
                 request_timeout(None),
+                None,
             )
             .await?;
         if answer.status != StatusCode::OK {
@@ -832,6 +770,7 @@ impl Client {
                 &query,
                 None,
                 request_timeout(None),
+                None,
             )
             .await?;
         if answer.status != StatusCode::OK {
