@@ -4,6 +4,7 @@
 mod acl;
 mod health;
 mod hostile;
+mod idempotency;
 mod jobs;
 mod nomad;
 mod peers;
