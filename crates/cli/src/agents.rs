@@ -268,6 +268,9 @@ pub struct Remote {
     pub outage: Option<Instant>,
     /// How long the last outage lasted.
     pub last_outage: Option<Duration>,
+    /// Writes answered from their `Idempotency-Key`: sent again after an unknown
+    /// outcome, found applied, not applied twice.
+    pub replayed: u64,
 }
 
 impl Remote {
@@ -302,6 +305,7 @@ impl Remote {
             acked: 0,
             outage: None,
             last_outage: None,
+            replayed: 0,
         };
         r.find_leader()?;
         let token = if token_file.exists() {
@@ -371,21 +375,6 @@ impl Remote {
         Ok(())
     }
 
-    /// [`resync`](Self::resync), asking again (the leader found anew) while the
-    /// cluster is still settling, until [`PATIENCE`] after `since`.
-    fn resync_patiently(&mut self, since: Instant) -> Result<(), CliError> {
-        loop {
-            match self.resync() {
-                Ok(()) => return Ok(()),
-                Err(e) if since.elapsed() > PATIENCE => return Err(e),
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                    self.find_leader()?;
-                }
-            }
-        }
-    }
-
     /// The leader's whole state, read consistently.
     pub fn leader_state(&self) -> Result<StateSnapshot, CliError> {
         let c = &self.clients[self.leader];
@@ -408,17 +397,24 @@ impl Backend for Remote {
 
     fn apply(&mut self, _next: u64, command: Command) -> Result<u64, CliError> {
         let start = Instant::now();
+        // One key for this write, whichever agent it goes to and however often: a
+        // write whose answer was lost with a dead leader is answered, not applied
+        // again, when it is sent once more.
+        let key = schedstate_agent::new_write_key();
         loop {
             let c = &self.clients[self.leader];
-            match self.rt.block_on(c.apply(&command)) {
-                Ok(index) => {
-                    let kind = command.kind();
+            match self.rt.block_on(c.apply_keyed(&command, &key)) {
+                Ok(written) => {
+                    let (index, kind) = (written.index, command.kind());
                     self.mirror.apply_owned(index, command).map_err(|e| {
                         err(format!(
                             "the cluster applied {kind} at {index}, which the client's copy refuses: {e}"
                         ))
                     })?;
                     self.acked += 1;
+                    if written.replayed {
+                        self.replayed += 1;
+                    }
                     if let Some(t) = self.outage.take() {
                         self.last_outage = Some(t.elapsed());
                     }
@@ -437,27 +433,7 @@ impl Backend for Remote {
                         )));
                     }
                     self.outage.get_or_insert_with(Instant::now);
-                    let unknown = !e.changed_nothing();
                     self.find_leader()?;
-                    if unknown {
-                        // It may have committed. The demo is the only writer, so a
-                        // table index past the last acknowledged write's means it did:
-                        // take the cluster's state rather than write it twice. If no
-                        // table moved, it was lost with the old leader (the consistent
-                        // read behind `resync` waits for the new leader to commit in
-                        // its own term, which settles every earlier entry): send it
-                        // again, or later commands would refer to rows never written.
-                        let before = self.mirror.snapshot().view().latest_index();
-                        self.resync_patiently(start)?;
-                        let after = self.mirror.snapshot().view().latest_index();
-                        if after > before {
-                            self.acked += 1;
-                            if let Some(t) = self.outage.take() {
-                                self.last_outage = Some(t.elapsed());
-                            }
-                            return Ok(self.mirror.snapshot().view().last_applied());
-                        }
-                    }
                 }
             }
         }

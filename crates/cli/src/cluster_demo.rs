@@ -202,6 +202,12 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
                     thousands(cluster.db.acked),
                     thousands(ours.view().last_applied())
                 ));
+                if cluster.db.replayed > 0 {
+                    say(&format!(
+                        "  applied once: {} write(s) sent again after the kill were found applied (Idempotency-Key) and not applied twice",
+                        cluster.db.replayed
+                    ));
+                }
                 let _ = k;
             }
             if let Some((k, _, _)) = killed
