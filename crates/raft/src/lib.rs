@@ -74,6 +74,7 @@
 mod batcher;
 mod committed;
 mod error;
+mod forward;
 pub mod inbound;
 pub mod inspect;
 mod log_format;
@@ -99,6 +100,7 @@ use schedstate::state::Command;
 
 pub use committed::RAFT_COMMITTED_MAGIC;
 pub use error::{ClusterError, OpenError, ProposeError};
+pub use forward::FORWARD_DEADLINE;
 pub use inspect::{ServerDirReport, inspect_dir};
 pub use log_format::{
     RAFT_LOG_MAGIC, RAFT_LOG_VERSION, RAFT_META_MAGIC, RAFT_META_VERSION, is_server_dir,

@@ -278,7 +278,11 @@ impl Server {
     }
 
     /// Proposes `command` here, or, when this server is not the leader, forwards it to
-    /// the leader it knows of over the network.
+    /// the leader it knows of over the network. A forwarded proposal is abandoned as
+    /// soon as this server sees the leadership move, answered
+    /// [`ProposeError::Unavailable`] (outcome unknown) rather than waiting on a
+    /// paused or lost leader; see [`propose_or_forward_keyed`](Self::propose_or_forward_keyed)
+    /// for one that is sent again instead.
     ///
     /// # Errors
     /// As [`propose`](Self::propose); a refusal forwarded over a network that carries
@@ -288,7 +292,9 @@ impl Server {
     }
 
     /// [`propose_keyed`](Self::propose_keyed) here, or forwarded with its key to the
-    /// leader.
+    /// leader — and, with a key, sent again to the new leader when the one it was
+    /// forwarded to stops answering or leading, for up to
+    /// [`FORWARD_DEADLINE`](crate::FORWARD_DEADLINE): the key makes the retry safe.
     ///
     /// # Errors
     /// As [`propose_or_forward`](Self::propose_or_forward), and
@@ -301,16 +307,12 @@ impl Server {
         command
             .check_input()
             .map_err(|e| ProposeError::invalid(&e))?;
-        let leader = self.leader_node().await;
-        match leader {
-            Some((id, addr)) if id != self.inner.id => {
-                match self.inner.forwarder.forward(id, addr, command, key).await {
-                    Ok(answer) => answer,
-                    Err(failure) => Err(ProposeError::Unavailable(failure.to_string())),
-                }
-            }
-            _ => self.propose_keyed(command, key).await,
-        }
+        crate::forward::propose_or_forward(self, command, key).await
+    }
+
+    /// How this server forwards proposals to the leader.
+    pub(crate) fn forwarder(&self) -> &dyn Forwarder {
+        &*self.inner.forwarder
     }
 
     /// The current leader as this server knows it, with its address.

@@ -90,16 +90,22 @@ impl IdempotencyKey {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let mut id = base.clone();
         id.update(n.to_le_bytes());
-        // The command's own bytes: two requests that mean the same write (whatever
-        // their JSON's spacing or key order) are the same request.
-        let bytes = postcard::to_stdvec(command).unwrap_or_default();
-        let fingerprint = Sha256::new()
-            .chain_update(b"schedstate write fingerprint\0")
-            .chain_update(&bytes)
-            .finalize();
         Some(WriteKey {
             id: id.finalize().into(),
-            fingerprint: fingerprint.into(),
+            fingerprint: fingerprint(command),
+        })
+    }
+
+    /// A key of the agent's own for `command`, sent without one by its client: random,
+    /// so it never meets a client's; it lets a write this agent forwards be sent again
+    /// to a new leader when the one it went to stops answering (see
+    /// [`schedstate_raft::FORWARD_DEADLINE`]). `None` if the system has no randomness.
+    pub(crate) fn internal(command: &Command) -> Option<WriteKey> {
+        let mut id = [0u8; 32];
+        getrandom::fill(&mut id).ok()?;
+        Some(WriteKey {
+            id,
+            fingerprint: fingerprint(command),
         })
     }
 
@@ -118,6 +124,18 @@ impl IdempotencyKey {
         }
         Ok(())
     }
+}
+
+/// The digest a write key's request is known by: of the command's own bytes, so two
+/// requests that mean the same write (whatever their JSON's spacing or key order) are
+/// the same request.
+fn fingerprint(command: &Command) -> [u8; 32] {
+    let bytes = postcard::to_stdvec(command).unwrap_or_default();
+    Sha256::new()
+        .chain_update(b"schedstate write fingerprint\0")
+        .chain_update(&bytes)
+        .finalize()
+        .into()
 }
 
 /// The key's text: bare, or a structured-field string without escapes.

@@ -89,7 +89,11 @@ pub(crate) async fn commit(
         return Err(ApiError::no_leader());
     }
     let kind = command.kind();
-    let write_key = key.next_key(&command);
+    // A write this agent forwards gets a key of its own when its client sent none, so
+    // that it can be sent again to a new leader if the one it went to stops answering.
+    let write_key = key
+        .next_key(&command)
+        .or_else(|| (!st.server.is_leader()).then(|| IdempotencyKey::internal(&command))?);
     let proposed = tokio::time::timeout(
         COMMIT_WAIT,
         st.server.propose_or_forward_keyed(command, write_key),
@@ -107,7 +111,7 @@ pub(crate) async fn commit(
     };
     match proposed {
         Ok(committed) => {
-            if committed.replayed {
+            if committed.replayed && key.is_some() {
                 key.mark_replayed();
             }
             // Applied on the leader; make it visible here too before answering.

@@ -202,3 +202,61 @@ async fn write_keys_cross_snapshot_installs_and_restarts() {
     assert_eq!(modify_index_everywhere(&cluster, "kept-1"), keyed.index);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_write_forwarded_to_a_cut_off_leader_goes_to_the_new_one_and_applies_once() {
+    let cluster = Cluster::start(3, ServerOptions::default()).await;
+    let leader = cluster.wait_leader(&[]).await;
+    let followers: Vec<_> = cluster
+        .live()
+        .into_iter()
+        .filter(|s| s.id() != leader.id())
+        .collect();
+    let ids: Vec<u64> = followers.iter().map(|s| s.id()).collect();
+    cluster.router.partition(&[&[leader.id()], &ids]);
+    let via = followers[0].clone();
+    // The follower still takes the old leader for the leader: the forward fails,
+    // and the write goes to whoever wins the election — without a caller's retry.
+    let started = Instant::now();
+    let keyed = tokio::time::timeout(
+        Duration::from_secs(30),
+        via.propose_or_forward_keyed(upsert("moved", 1), Some(key(9, 9))),
+    )
+    .await
+    .expect("within the deadline")
+    .unwrap();
+    assert!(!keyed.replayed);
+    let new_leader = cluster.wait_leader(&[leader.id()]).await;
+    assert_ne!(new_leader.id(), leader.id());
+    assert!(started.elapsed() < Duration::from_secs(20));
+
+    // Without a key, a write forwarded to a leader this server cannot reach is
+    // answered at once: its outcome is unknown, nothing is retried behind the caller.
+    // (From the follower of the new leader that is not the old one.)
+    let follower = cluster
+        .live()
+        .into_iter()
+        .find(|s| s.id() != new_leader.id() && s.id() != leader.id())
+        .unwrap();
+    let others: Vec<u64> = cluster
+        .live()
+        .iter()
+        .map(|s| s.id())
+        .filter(|id| *id != follower.id())
+        .collect();
+    cluster.router.partition(&[&[follower.id()], &others]);
+    let started = Instant::now();
+    let unkeyed = follower.propose_or_forward(upsert("moved", 2)).await;
+    assert!(
+        matches!(
+            unkeyed,
+            Err(ProposeError::Unavailable(_) | ProposeError::NotLeader { .. })
+        ),
+        "{unkeyed:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(15));
+    cluster.router.heal();
+    cluster.converge().await;
+    assert_eq!(modify_index_everywhere(&cluster, "moved-1"), keyed.index);
+    cluster.shutdown().await;
+}
