@@ -71,8 +71,11 @@ pub(crate) struct ProposalApplied {
     /// The commands actually applied (accepted or refused by the rules) and the
     /// refusals among them, when some were answered from their keys instead; `None`
     /// when every command was applied.
-    pub applied_only: Option<(Vec<Arc<Command>>, Vec<Option<StateError>>)>,
+    pub applied_only: Option<AppliedOnly>,
 }
+
+/// The commands of an entry that were applied, and per command its refusal, if any.
+pub(crate) type AppliedOnly = (Vec<Arc<Command>>, Vec<Option<StateError>>);
 
 /// The last applied log id and membership, shared with the server handle.
 #[derive(Debug, Clone, Default)]
