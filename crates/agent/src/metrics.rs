@@ -49,6 +49,7 @@ pub struct Metrics {
     log_bytes: Gauge,
     log_held_entries: Gauge,
     last_applied: Gauge,
+    write_keys: Gauge,
     term: Gauge,
     is_leader: Gauge,
 }
@@ -77,6 +78,7 @@ impl Metrics {
             log_bytes: Gauge::default(),
             log_held_entries: Gauge::default(),
             last_applied: Gauge::default(),
+            write_keys: Gauge::default(),
             term: Gauge::default(),
             is_leader: Gauge::default(),
             registry: Registry::default(),
@@ -172,6 +174,11 @@ impl Metrics {
             "The last log index applied to the store",
             m.last_applied.clone(),
         );
+        r.register(
+            "write_keys",
+            "Write keys kept for exactly-once writes (Idempotency-Key)",
+            m.write_keys.clone(),
+        );
         r.register("raft_term", "The current Raft term", m.term.clone());
         r.register(
             "raft_is_leader",
@@ -194,6 +201,7 @@ impl Metrics {
         self.log_held_entries
             .set(gauge(last.saturating_add(1).saturating_sub(purged)));
         self.last_applied.set(gauge(server.last_applied()));
+        self.write_keys.set(gauge(server.write_keys_kept() as u64));
         self.term.set(gauge(m.current_term));
         self.is_leader
             .set(i64::from(m.current_leader == Some(server.id())));

@@ -247,6 +247,20 @@ fn text(r: &ServerDirReport) -> String {
             ),
         ),
         ("Membership", membership(&st.membership)),
+        (
+            "Write Keys",
+            format!(
+                "{} kept (exactly-once writes){}",
+                thousands(st.write_keys),
+                match st.replays {
+                    0 => String::new(),
+                    n => format!(
+                        "; {} replayed command(s) answered from their key, not applied again",
+                        thousands(n)
+                    ),
+                }
+            ),
+        ),
     ]);
 
     if let Some(s) = &r.snapshot {

@@ -272,6 +272,11 @@ impl Server {
         self.inner.batcher.propose(command, key).await
     }
 
+    /// How many write keys this server's state machine keeps.
+    pub fn write_keys_kept(&self) -> usize {
+        self.inner.keys.lock().len()
+    }
+
     /// The outcome kept for the write key `id` on this server, if it holds one.
     pub fn kept_write(&self, id: &[u8; 32]) -> Option<KeptOutcome> {
         self.inner.keys.lock().get(id).cloned()
