@@ -11,7 +11,7 @@
 # Env: RUNS (3), OUT (target/compare-raft-peer/<date-time>), PEER_DIR
 # (../shared/peers/nomad-raft), NO_INSTALL (fail instead of installing Debian packages).
 # Extra arguments go to both binaries. schedstate's own timeouts are its defaults
-# (ServerOptions: heartbeat 50 ms, election 200-400 ms); pass -nomad-timeouts to the
+# (ServerOptions: heartbeat 40 ms, election 100-200 ms); pass -nomad-timeouts to the
 # schedstate side alone (RS_ARGS=-nomad-timeouts) to compare with the peer's settings.
 set -euo pipefail
 

@@ -7,6 +7,7 @@
 //! ```text
 //! cargo bench -p schedstate-raft --bench raft_workload -- [-nodes 1000] [-clients 1,16,64]
 //!     [-secs 5] [-warmup 0.5] [-failovers 5] [-failover-clients 4] [-nomad-timeouts]
+//!     [-servers 3]
 //! ```
 //! Differences, stated: the peer's preload command (nodes and their allocs in one
 //! entry) is two entries here (`UpsertAllocs`, then `UpsertNodes`); "nothing lost" is
@@ -53,6 +54,8 @@ struct Flags {
     warmup: f64,
     failovers: usize,
     failover_clients: usize,
+    /// Servers in the cluster (the peer runs three; five for the failover bars).
+    servers: usize,
     nomad_timeouts: bool,
     timeouts: Option<(u64, u64, u64)>,
     json: Option<String>,
@@ -70,6 +73,7 @@ fn parse_flags() -> Flags {
         warmup: 0.5,
         failovers: 5,
         failover_clients: 4,
+        servers: 3,
         nomad_timeouts: false,
         timeouts: None,
         json: None,
@@ -99,6 +103,7 @@ fn parse_flags() -> Flags {
             "warmup" => f.warmup = value.parse().expect("-warmup S"),
             "failovers" => f.failovers = value.parse().expect("-failovers N"),
             "failover-clients" => f.failover_clients = value.parse().expect("-failover-clients N"),
+            "servers" => f.servers = value.parse().expect("-servers N"),
             "timeouts" => {
                 let v: Vec<u64> = value
                     .split(',')
@@ -335,7 +340,7 @@ async fn run(f: Flags) {
         o.raft.max_in_snapshot_log_to_keep
     );
     println!(
-        "# workload nodes={} allocs-per-node={} plugins={} seed={} batch={} clients={:?} secs={} warmup={} failovers={} failover-clients={} encoding=postcard",
+        "# workload nodes={} allocs-per-node={} plugins={} seed={} batch={} clients={:?} secs={} warmup={} failovers={} failover-clients={} servers={} encoding=postcard",
         f.nodes,
         f.allocs_per,
         f.plugins,
@@ -345,14 +350,15 @@ async fn run(f: Flags) {
         f.secs,
         f.warmup,
         f.failovers,
-        f.failover_clients
+        f.failover_clients,
+        f.servers
     );
     let ds = Arc::new(Dataset::generate(f.nodes, f.allocs_per, f.plugins, f.seed));
     println!("{}", ds.check_line());
 
     // ---- cluster start ----
     let mut listeners = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..f.servers {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
     }
     let addrs: Vec<String> = listeners
@@ -367,7 +373,7 @@ async fn run(f: Flags) {
             .expect("tempdir"),
         addrs: addrs.clone(),
         opts: o.clone(),
-        servers: Mutex::new(vec![None, None, None]),
+        servers: Mutex::new((0..f.servers).map(|_| None).collect()),
     });
     rep.mark();
     let t = Instant::now();

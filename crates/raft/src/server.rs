@@ -79,18 +79,23 @@ pub struct ServerOptions {
 }
 
 impl Default for ServerOptions {
-    /// Heartbeat every 50 ms, election timeout 200–400 ms: a failover in well under a
-    /// second (measured ~0.6 s p50 with the benchmark), with room for a loaded machine
-    /// to miss a few heartbeats before a follower stands for election. A snapshot every
-    /// 10,000 entries, keeping 1,000 entries behind it for followers that lag a little.
-    /// Snapshots received up to 4 GiB (a 200,000-node state is well under that).
+    /// Heartbeat every 40 ms, election timeout 100–200 ms. openraft 0.9 makes a
+    /// follower that knew a leader wait the leader's lease (the maximum election
+    /// timeout) *plus* its own election timeout before it stands, and one whose log is
+    /// behind another's a further twice the maximum — so a follower stands 300–400 ms
+    /// after the last heartbeat (700–800 ms at worst): failover p50 ≤ 0.5 s and max
+    /// ≤ 1 s, with room for a loaded machine to miss seven heartbeats before anyone
+    /// stands. (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
+    /// snapshot every 10,000 entries, keeping 1,000 entries behind it for followers
+    /// that lag a little. Snapshots received up to 4 GiB (a 200,000-node state is well
+    /// under that).
     fn default() -> Self {
         ServerOptions {
             raft: Config {
                 cluster_name: "schedstate".into(),
-                heartbeat_interval: 50,
-                election_timeout_min: 200,
-                election_timeout_max: 400,
+                heartbeat_interval: 40,
+                election_timeout_min: 100,
+                election_timeout_max: 200,
                 max_payload_entries: 512,
                 snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
                 max_in_snapshot_log_to_keep: 1_000,
