@@ -52,9 +52,10 @@ pub struct ClientsArgs {
     /// Writes to unwatched nodes in each of the two commit-latency phases.
     #[arg(long, default_value_t = 200)]
     pub writes: usize,
-    /// Writes to watched nodes, each of which must wake its client (at most --clients).
-    #[arg(long, default_value_t = 100)]
-    pub wakes: usize,
+    /// Writes to watched nodes, each of which must wake its client (at most
+    /// --clients; 100 or --clients if fewer by default).
+    #[arg(long)]
+    pub wakes: Option<usize>,
     /// Client connections per loopback source address (127.0.1.0 onwards); the agent
     /// is started allowing at least as many per address.
     #[arg(long, default_value_t = 100)]
@@ -71,6 +72,11 @@ pub struct ClientsArgs {
 }
 
 impl ClientsArgs {
+    /// How many watched nodes are written.
+    pub fn wakes(&self) -> usize {
+        self.wakes.unwrap_or(self.clients.min(100))
+    }
+
     /// Refuses what a run could not do within its bounds.
     pub fn check(&self) -> Result<(), CliError> {
         if self.clients > MAX_CLIENTS {
@@ -79,10 +85,11 @@ impl ClientsArgs {
                 self.clients
             )));
         }
-        if self.wakes > self.clients {
+        if self.wakes() > self.clients {
             return Err(err(format!(
                 "--wakes {} is more than --clients {}: each wake writes a watched node",
-                self.wakes, self.clients
+                self.wakes(),
+                self.clients
             )));
         }
         if self.unwatched == 0 || self.unwatched > 1_000_000 {
@@ -281,8 +288,9 @@ pub async fn run_once(args: &ClientsArgs, dir: &std::path::Path) -> Result<RunRe
 
     // Wakes: watched nodes spread over the whole set, one write at a time.
     let mut written = BTreeMap::new();
-    for k in 0..args.wakes {
-        let n = k * args.clients / args.wakes.max(1);
+    let wakes = args.wakes();
+    for k in 0..wakes {
+        let n = k * args.clients / wakes;
         let sent = Instant::now();
         let index = client
             .apply(&status(&watched_id(n), true))
