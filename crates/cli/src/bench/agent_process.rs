@@ -2,7 +2,8 @@
 //! on a loopback port the OS picks, in a directory of its own, so that its memory is
 //! its own (read from `/proc/<pid>/status`) and not the load tool's. Dropping the
 //! handle stops it — SIGTERM, SIGKILL if it has not exited within 10 s — and removes
-//! its directory, on success or failure alike.
+//! its directory, on success or failure alike. Or one already running on loopback (to
+//! run it under a profiler), which is left as it was found.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -15,10 +16,13 @@ use crate::output::{CliError, err};
 /// How long an agent may take to print its address.
 const START: Duration = Duration::from_secs(60);
 
-/// A running agent started by the load tool.
+/// The agent a run measures: started by the load tool, or one already running that
+/// it attaches to (`--address`, `--agent-pid`), which it leaves running.
 pub struct AgentProcess {
     child: Option<Child>,
-    dir: PathBuf,
+    /// The directory made for a started agent, removed with it.
+    dir: Option<PathBuf>,
+    pid: u32,
     /// Where it serves (plain HTTP, ACL off: `--dev`, loopback only).
     pub addr: SocketAddr,
 }
@@ -53,11 +57,30 @@ impl AgentProcess {
             .spawn()
             .map_err(|e| err(format!("starting the agent: {e}")))?;
         let mut agent = AgentProcess {
+            pid: child.id(),
             child: Some(child),
-            dir: dir.to_path_buf(),
+            dir: Some(dir.to_path_buf()),
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         };
         agent.addr = agent.read_address(&log_path)?;
+        Ok(agent)
+    }
+
+    /// An agent already running at `addr` as process `pid` (its memory is read from
+    /// `/proc/<pid>/status`); it is neither stopped nor removed.
+    pub fn attach(addr: SocketAddr, pid: u32) -> Result<AgentProcess, CliError> {
+        if !addr.ip().is_loopback() {
+            return Err(err(format!(
+                "--address {addr}: the load tool drives loopback agents only"
+            )));
+        }
+        let agent = AgentProcess {
+            child: None,
+            dir: None,
+            pid,
+            addr,
+        };
+        agent.rss_kib()?;
         Ok(agent)
     }
 
@@ -99,7 +122,7 @@ impl AgentProcess {
 
     /// The agent's process id.
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.pid
     }
 
     /// The agent's resident memory in KiB (`VmRSS` of `/proc/<pid>/status`).
@@ -127,7 +150,9 @@ impl AgentProcess {
 impl Drop for AgentProcess {
     fn drop(&mut self) {
         self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

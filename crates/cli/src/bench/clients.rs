@@ -66,6 +66,13 @@ pub struct ClientsArgs {
     /// A run taking longer than this fails (its agent is stopped all the same).
     #[arg(long, default_value = "4m", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Drive an agent already running on loopback at this address (ACL off: `agent
+    /// --dev`, allowing the connections) instead of starting one; needs --agent-pid.
+    #[arg(long, requires = "agent_pid")]
+    pub address: Option<std::net::SocketAddr>,
+    /// The process id of the agent at --address, whose RSS is measured.
+    #[arg(long, requires = "address")]
+    pub agent_pid: Option<u32>,
     /// JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -217,14 +224,17 @@ async fn settled_rss(agent: &AgentProcess) -> Result<u64, CliError> {
 pub async fn run_once(args: &ClientsArgs, dir: &std::path::Path) -> Result<RunReport, CliError> {
     let started = Instant::now();
     let room = 1_024;
-    let agent = tokio::task::block_in_place(|| {
-        AgentProcess::start(
-            dir,
-            args.clients + room,
-            args.per_address.max(100),
-            args.clients + room,
-        )
-    })?;
+    let agent = match (args.address, args.agent_pid) {
+        (Some(addr), Some(pid)) => AgentProcess::attach(addr, pid)?,
+        _ => tokio::task::block_in_place(|| {
+            AgentProcess::start(
+                dir,
+                args.clients + room,
+                args.per_address.max(100),
+                args.clients + room,
+            )
+        })?,
+    };
     let client = Client::new(&format!("http://{}", agent.addr), None)
         .map_err(client_error("the agent's address"))?;
     wait_leader(&client).await?;
