@@ -181,7 +181,7 @@ async fn write_unwatched(
     let mut took = Vec::with_capacity(writes);
     for i in 0..writes {
         let n = i % unwatched;
-        let down = (i / unwatched + round) % 2 == 0;
+        let down = (i / unwatched + round).is_multiple_of(2);
         let start = Instant::now();
         client
             .apply(&status(&unwatched_id(n), down))
