@@ -89,18 +89,26 @@ pub(super) async fn blocking<T: Serialize>(
             tokio::time::sleep,
             |v: StateView<'_>| {
                 let (index, value, next) = read(v);
+                let index = at_least_one(&v, index);
+                // An answer that does not end the query is dropped here, not held
+                // while the query waits: a waiting query keeps its watch set and its
+                // index, and reads once more if its wait runs out.
+                if !opts.is_answered_by(index) {
+                    return (index, None);
+                }
                 next_token = next;
-                (at_least_one(&v, index), value)
+                (index, Some(value))
             },
         );
         tokio::select! {
-            a = query => Some((a.index, a.value)),
+            a = query => a.value.map(|value| (a.index, value)),
             // The agent is stopping: answer now with what is there.
             _ = stopping.wait_for(|s| *s) => None,
         }
     };
     let (index, value) = match answered {
         Some(a) => a,
+        // The wait ran out (or the agent is stopping): what is there now.
         None => {
             let snapshot = st.server.read_stale();
             let (index, value, next) = read(snapshot.view());

@@ -222,6 +222,11 @@ async fn a_missing_row_answers_its_tables_last_delete_and_wakes_when_created() {
     // Nothing deleted yet: 1 rather than 0, so that a client blocking with it waits.
     assert_eq!(get(&agents, &http, "/v1/node/ghost").await, (404, 1));
     assert_eq!(get(&agents, &http, "/v1/job/ghost").await, (404, 1));
+    // A wait that runs out answers what is there then: still missing, same index.
+    let start = Instant::now();
+    let timed_out = get(&agents, &http, "/v1/node/ghost?index=1&wait=300ms").await;
+    assert_eq!(timed_out, (404, 1));
+    assert!(start.elapsed() >= Duration::from_millis(300));
     c.apply(&Command::UpsertNode {
         node: node("n2", "ebs"),
     })
