@@ -1,5 +1,14 @@
 //! Denormalization: filling the derived fields of a plugin or volume on a new value.
 //! Never written back; calling it twice gives the same result.
+//!
+//! The `…_indexed` forms also say the index of what the answer was built from: the
+//! largest modify index of the rows read, and for each row looked up and not found,
+//! the delete index of its table. Whatever changes the answer is a write at some
+//! index W that leaves one of those at W or later (the row read changed: its modify
+//! index is W; it went away: its table's delete index is at least W; another row is
+//! read now: the row naming it changed), so the answer's index moves past every
+//! earlier one whenever the answer changes — and a write to rows it did not read
+//! leaves it alone.
 
 use std::cmp::Reverse;
 
@@ -8,13 +17,20 @@ use crate::model::{
     AllocListStub, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState,
 };
 
-use super::StateView;
+use super::{StateView, Table};
 
 impl StateView<'_> {
     /// A copy of `plugin` whose `allocations` holds the stubs of the distinct alloc ids
     /// of its controller and node instances, newest (by modify index) first. Missing
     /// allocs and empty alloc ids are skipped.
     pub fn denormalize_csi_plugin(&self, plugin: &CsiPlugin) -> CsiPlugin {
+        self.denormalize_csi_plugin_indexed(plugin).1
+    }
+
+    /// [`denormalize_csi_plugin`](Self::denormalize_csi_plugin) with the index of what
+    /// it read (the module's rule): the plugin's modify index, its allocations'
+    /// modify indexes and, if one of them is gone, the allocs table's delete index.
+    pub fn denormalize_csi_plugin_indexed(&self, plugin: &CsiPlugin) -> (u64, CsiPlugin) {
         // The alloc ids sorted and deduplicated: lookups in key order walk the allocs
         // table from left to right, each sharing most of its path with the one before.
         // Encoded string keys sort as the strings do (`Key`'s encoding preserves
@@ -29,28 +45,42 @@ impl StateView<'_> {
             .collect();
         ids.sort_unstable();
         ids.dedup();
-        let mut stubs: Vec<AllocListStub> = ids
-            .iter()
-            .filter_map(|id| {
-                let key = KeyBuilder::new().str(id);
-                self.view.get(self.t.allocs, key.as_bytes())
-            })
-            .map(AllocListStub::new)
-            .collect();
+        let mut index = plugin.modify_index;
+        let mut stubs: Vec<AllocListStub> = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let key = KeyBuilder::new().str(id);
+            match self.view.get(self.t.allocs, key.as_bytes()) {
+                Some(a) => stubs.push(AllocListStub::new(a)),
+                None => index = index.max(self.delete_index(Table::Allocs)),
+            }
+        }
         // Newest first; the sort is stable, so ties stay in id order (deterministic).
         stubs.sort_by_key(|s| Reverse(s.modify_index));
+        if let Some(newest) = stubs.first() {
+            index = index.max(newest.modify_index);
+        }
         let mut out = plugin.clone();
         out.allocations = stubs;
-        out
+        (index, out)
     }
 
     /// A copy of `volume` with its plugin's provider, version, controller requirement,
     /// health counts and schedulability filled in, and its past claims repaired
     /// (docs/rules.md §5).
     pub fn denormalize_csi_volume(&self, volume: &CsiVolume) -> CsiVolume {
+        self.denormalize_csi_volume_indexed(volume).1
+    }
+
+    /// [`denormalize_csi_volume`](Self::denormalize_csi_volume) with the index of
+    /// what it read (the module's rule): the volume's modify index, its plugin's (or,
+    /// without one, the plugins table's delete index), and those of the claiming
+    /// allocations it looked at (or the allocs table's delete index for one gone).
+    pub fn denormalize_csi_volume_indexed(&self, volume: &CsiVolume) -> (u64, CsiVolume) {
         let mut v = volume.clone();
+        let mut index = volume.modify_index;
         match self.csi_plugin(&v.plugin_id) {
             Some(p) => {
+                index = index.max(p.modify_index);
                 v.provider.clone_from(&p.provider);
                 v.provider_version.clone_from(&p.version);
                 v.controller_required = p.controller_required;
@@ -62,18 +92,21 @@ impl StateView<'_> {
                     v.nodes_healthy > 0 && (!v.controller_required || v.controllers_healthy > 0);
             }
             None => {
+                index = index.max(self.delete_index(Table::CsiPlugins));
                 // Stored provider and controller requirement are kept: a volume whose
                 // plugin vanished must not claim it needs no controller.
                 v.clear_denormalized();
             }
         }
-        self.repair_past_claims(&mut v);
-        v
+        index = index.max(self.repair_past_claims(&mut v));
+        (index, v)
     }
 
     /// Adds an unpublishing past claim for every claiming alloc that is gone or
-    /// client-terminal and has none yet.
-    fn repair_past_claims(&self, v: &mut CsiVolume) {
+    /// client-terminal and has none yet; returns the index of the allocations it
+    /// looked at (0 if none).
+    fn repair_past_claims(&self, v: &mut CsiVolume) -> u64 {
+        let mut index = 0;
         let sides = [
             (CsiVolumeClaimMode::Read, &v.read_allocs, &v.read_claims),
             (CsiVolumeClaimMode::Write, &v.write_allocs, &v.write_claims),
@@ -85,6 +118,10 @@ impl StateView<'_> {
                     continue;
                 }
                 let alloc = self.alloc(alloc_id);
+                index = index.max(match &alloc {
+                    Some(a) => a.modify_index,
+                    None => self.delete_index(Table::Allocs),
+                });
                 if alloc.as_ref().is_some_and(|a| !a.client_terminal()) {
                     continue;
                 }
@@ -114,5 +151,6 @@ impl StateView<'_> {
         for claim in repaired {
             v.past_claims.insert(claim.alloc_id.clone(), claim);
         }
+        index
     }
 }

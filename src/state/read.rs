@@ -152,6 +152,21 @@ impl<'a> StateView<'a> {
         Some(self.denormalize_csi_plugin(&stored))
     }
 
+    /// [`csi_plugin_denormalized`](Self::csi_plugin_denormalized) with the index of
+    /// what the answer was built from (see
+    /// [`denormalize_csi_plugin_indexed`](Self::denormalize_csi_plugin_indexed)); a
+    /// missing plugin answers with the plugins table's
+    /// [`delete_index`](Self::delete_index).
+    pub fn csi_plugin_denormalized_indexed(&self, id: &str) -> (u64, Option<CsiPlugin>) {
+        match self.csi_plugin(id) {
+            Some(stored) => {
+                let (index, plugin) = self.denormalize_csi_plugin_indexed(&stored);
+                (index, Some(plugin))
+            }
+            None => (self.delete_index(Table::CsiPlugins), None),
+        }
+    }
+
     /// Every plugin, in id order.
     pub fn csi_plugins(&self) -> impl Iterator<Item = Arc<CsiPlugin>> + 'a {
         self.view.iter(self.t.plugins)
@@ -182,6 +197,25 @@ impl<'a> StateView<'a> {
     pub fn csi_volume_denormalized(&self, namespace: &str, id: &str) -> Option<CsiVolume> {
         let stored = self.csi_volume(namespace, id)?;
         Some(self.denormalize_csi_volume(&stored))
+    }
+
+    /// [`csi_volume_denormalized`](Self::csi_volume_denormalized) with the index of
+    /// what the answer was built from (see
+    /// [`denormalize_csi_volume_indexed`](Self::denormalize_csi_volume_indexed)); a
+    /// missing volume answers with the volumes table's
+    /// [`delete_index`](Self::delete_index).
+    pub fn csi_volume_denormalized_indexed(
+        &self,
+        namespace: &str,
+        id: &str,
+    ) -> (u64, Option<CsiVolume>) {
+        match self.csi_volume(namespace, id) {
+            Some(stored) => {
+                let (index, volume) = self.denormalize_csi_volume_indexed(&stored);
+                (index, Some(volume))
+            }
+            None => (self.delete_index(Table::CsiVolumes), None),
+        }
     }
 
     /// Every volume of every namespace, in (namespace, id) order, as stored.
@@ -244,6 +278,24 @@ impl<'a> StateView<'a> {
     /// of its rows (0 if none has). This is the index blocking queries answer with.
     pub fn table_index(&self, table: Table) -> u64 {
         self.table_index_by_name(table.name())
+    }
+
+    /// The delete index of `table`: the log index of the last write that deleted one
+    /// of its rows (0 if none has). A read that finds no row answers with it, as
+    /// Nomad does: the row's absence began at that delete or earlier, and the row
+    /// can only come back at a greater index, so a blocking query on a missing row
+    /// wakes when it appears and not on writes to other rows. Not kept in snapshots:
+    /// after a restore (a restart, a replica's snapshot) it starts at the table
+    /// index, which is never earlier than the last delete.
+    pub fn delete_index(&self, table: Table) -> u64 {
+        match table {
+            Table::Nodes => self.view.delete_index(self.t.nodes),
+            Table::Allocs => self.view.delete_index(self.t.allocs),
+            Table::CsiPlugins => self.view.delete_index(self.t.plugins),
+            Table::CsiVolumes => self.view.delete_index(self.t.volumes),
+            Table::AclTokens => self.view.delete_index(self.t.acl_tokens),
+            Table::Jobs => self.view.delete_index(self.t.jobs),
+        }
     }
 
     /// The table index of a table by engine name, derived tables included.

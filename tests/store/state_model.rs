@@ -31,6 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::state_answer_index::Answers;
 use crate::support::names;
 use proptest::prelude::*;
 use proptest::strategy::Union;
@@ -1346,6 +1347,14 @@ impl StateMachineTest for StoreTest {
     fn apply(store: StateStore, state: &Model, step: Step) -> StateStore {
         let index = step_index(store.snapshot().view().last_applied(), step.offset);
         let before = store.snapshot().canonical_bytes().expect("encode");
+        let answers = |store: &StateStore| {
+            let volumes: Vec<(&str, &str)> = NAMESPACES
+                .iter()
+                .flat_map(|ns| VOLUMES.iter().map(move |v| (*ns, *v)))
+                .collect();
+            Answers::of(store, &NODES, &ALLOCS, &PLUGINS, &volumes)
+        };
+        let answered = answers(&store);
         let got = store
             .apply(index, &step.cmd)
             .map(|_| ())
@@ -1366,6 +1375,8 @@ impl StateMachineTest for StoreTest {
                 step.cmd.kind()
             );
         }
+        // Every answer that changed moved its index (docs/rules.md §5).
+        answers(&store).moved_from(&answered, step.cmd.kind());
         store
     }
 

@@ -14,6 +14,7 @@
 mod acl_cmd;
 mod agent_cmd;
 mod agents;
+mod bench;
 mod catalog;
 mod cluster_demo;
 mod connect;
@@ -118,6 +119,11 @@ enum Top {
         #[command(subcommand)]
         command: snapshot_cmd::SnapshotCmd,
     },
+    /// Load tools: start an agent on loopback, drive it, report what it cost.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCmd,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +174,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Top::Inspect(args) => inspect::run(&args),
         Top::Repair(args) => repair_cmd::run(&args),
         Top::Snapshot { command } => snapshot_cmd::run(&command),
+        Top::Bench { command } => bench::run(command),
     }
 }
 

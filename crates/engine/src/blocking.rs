@@ -128,6 +128,10 @@ impl Db {
             let snap = self.snapshot();
             let ws = WatchSet::new();
             let (index, value) = query(snap.watched(&ws))?;
+            // Not held while waiting: the set keeps the version it read only until it
+            // registers, so a waiting query pins no version of the store (rows replaced
+            // meanwhile are freed).
+            drop(snap);
             if opts.is_answered_by(index) || Instant::now() >= deadline {
                 return Ok(QueryResult::answer(&opts, index, value));
             }
@@ -160,6 +164,8 @@ impl Db {
             let snap = self.snapshot();
             let ws = WatchSet::new();
             let (index, value) = query(snap.watched(&ws))?;
+            // As in the sync form: the version is let go once the set registers.
+            drop(snap);
             if opts.is_answered_by(index) || Instant::now() >= deadline {
                 return Ok(QueryResult::answer(&opts, index, value));
             }

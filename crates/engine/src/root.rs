@@ -27,6 +27,10 @@ pub(crate) struct Root {
     pub(crate) tables: Vec<TableData>,
     /// Per table: the log index of the last commit that changed it.
     pub(crate) table_index: Vec<u64>,
+    /// Per table: the log index of the last commit that deleted one of its rows. Not
+    /// persisted: a restored version starts it at the table index, which is at least
+    /// as late as any delete it replaces (see `View::delete_index`).
+    pub(crate) delete_index: Vec<u64>,
     /// The log index of the last accepted write, whether or not it changed anything.
     pub(crate) last_applied: u64,
     /// Commit sequence number of this version (increases by one per publish).
@@ -48,10 +52,12 @@ impl Root {
             })
             .collect();
         let table_index = vec![0; schema.tables.len()];
+        let delete_index = vec![0; schema.tables.len()];
         Root {
             schema,
             tables,
             table_index,
+            delete_index,
             last_applied: 0,
             seq: 0,
             epoch: 0,

@@ -364,12 +364,19 @@ impl WriteTxn {
 
     /// In a restore transaction, sets the index recorded for `table`. Ignored in an
     /// ordinary transaction, where commits compute table indexes themselves.
+    ///
+    /// The table's delete index (see [`View::delete_index`]) is set to the same index:
+    /// a snapshot does not record when rows were deleted, and the table index is at
+    /// least as late as any delete before it, so answers built on it stay correct.
     pub fn set_table_index<V>(&mut self, table: Table<V>, index: u64) {
         if self.restore
             && table.schema == self.root.schema.id
             && let Some(slot) = self.root.table_index.get_mut(table.id)
         {
             *slot = index;
+            if let Some(deleted) = self.root.delete_index.get_mut(table.id) {
+                *deleted = index;
+            }
         }
     }
 
@@ -434,12 +441,16 @@ impl WriteTxn {
         let schema = Arc::clone(&root.schema);
         let mut changes = Vec::with_capacity(raw.len());
         let mut changed_tables = vec![false; schema.tables.len()];
+        let mut deleted_tables = vec![false; schema.tables.len()];
         let mut change_tables = Vec::with_capacity(raw.len());
         for ((table, key), (before, after)) in raw {
             if same_row(&before, &after) {
                 continue;
             }
             changed_tables[table] = true;
+            // Collapsed: a row inserted and deleted again in this transaction is no
+            // delete (it is skipped above), so only rows that existed before count.
+            deleted_tables[table] |= before.is_some() && after.is_none();
             change_tables.push(table);
             changes.push(Change {
                 table: Arc::clone(&schema.tables[table].name),
@@ -451,6 +462,11 @@ impl WriteTxn {
         if !restore {
             for (slot, changed) in root.table_index.iter_mut().zip(&changed_tables) {
                 if *changed {
+                    *slot = index;
+                }
+            }
+            for (slot, deleted) in root.delete_index.iter_mut().zip(&deleted_tables) {
+                if *deleted {
                     *slot = index;
                 }
             }

@@ -239,6 +239,19 @@ impl<'a> View<'a> {
         self.root.table_index.get(table.id).copied().unwrap_or(0)
     }
 
+    /// The log index of the last commit that deleted a row of `table` (0 if none
+    /// did). An answer that found no row answers with it: the row's absence can only
+    /// have begun at a delete, or before the table ever held it, and a later insert
+    /// of it comes at a greater index. After a restore it is the table index the
+    /// restore set (a snapshot does not record deletes; the table index is at least
+    /// as late as any delete before it), so it is never earlier than the truth.
+    pub fn delete_index<V>(&self, table: Table<V>) -> u64 {
+        if table.schema != self.root.schema.id {
+            return 0;
+        }
+        self.root.delete_index.get(table.id).copied().unwrap_or(0)
+    }
+
     /// The log index of the last commit that changed the table called `name`, or
     /// `None` for an unknown name.
     pub fn table_index_by_name(&self, name: &str) -> Option<u64> {

@@ -20,8 +20,9 @@ use super::body::read_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
 use super::query::Checked;
+use super::reads::absent;
 use super::writes::commit;
-use super::{AppState, json};
+use super::{AppState, json, with_index};
 use crate::api::{AclBootstrapRequest, AclTokenRequest, AclTokenView};
 use crate::service::{Caller, Service, hash_secret, new_uuid, unix_now};
 
@@ -212,8 +213,15 @@ pub(crate) async fn read(
             &AclTokenView::of(&t),
             p.pretty,
         ),
-        None => ApiError::not_found("AclTokenNotFound", format!("no ACL token {accessor:?}"))
-            .into_response(),
+        None => {
+            let mut resp =
+                ApiError::not_found("AclTokenNotFound", format!("no ACL token {accessor:?}"))
+                    .into_response();
+            // As every read of a missing row: the index of its table's last delete.
+            let index = absent(&snapshot.view(), schedstate::Table::AclTokens);
+            with_index(&st, &mut resp, index);
+            resp
+        }
     }
 }
 

@@ -37,6 +37,10 @@ fn is_stale(req: &Request) -> bool {
     })
 }
 
+/// The steps before the read (confirming leadership, finding the leader, proxying)
+/// are boxed: this future lives as long as the read, a blocking one for minutes, and
+/// is as large as its largest state — with openraft's read and the proxied request
+/// inline it was the largest part of a blocked request's futures.
 pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: Next) -> Response {
     if is_stale(&req) {
         return next.run(req).await;
@@ -44,7 +48,11 @@ pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: N
     if st.server.is_leader() {
         // openraft waits for a quorum's heartbeat answers and then for the apply;
         // neither may hold a request forever.
-        let confirmed = tokio::time::timeout(CONFIRM_WAIT, st.server.read_consistent()).await;
+        let confirmed = Box::pin(tokio::time::timeout(
+            CONFIRM_WAIT,
+            st.server.read_consistent(),
+        ))
+        .await;
         return match confirmed {
             Ok(Ok(_)) => next.run(req).await,
             Ok(Err(e)) => ApiError::from(e).into_response(),
@@ -64,21 +72,25 @@ pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: N
         )
         .into_response();
     }
-    let leader = match st.server.leader_node().await {
+    let leader = Box::pin(find_leader(&st)).await;
+    match leader {
+        Some((id, _)) if id == st.server.id() => next.run(req).await,
+        Some((_, addr)) if !addr.is_empty() => Box::pin(proxy(&st, &addr, req)).await,
+        _ => ApiError::no_leader().into_response(),
+    }
+}
+
+/// The leader's id and address, waiting a moment for an election under way.
+async fn find_leader(st: &Service) -> Option<(u64, String)> {
+    match st.server.leader_node().await {
         Some(l) => Some(l),
         None => {
-            // An election may be under way: give it a moment.
             let _ = st
                 .server
                 .wait_for_leader(std::time::Duration::from_secs(3))
                 .await;
             st.server.leader_node().await
         }
-    };
-    match leader {
-        Some((id, _)) if id == st.server.id() => next.run(req).await,
-        Some((_, addr)) if !addr.is_empty() => proxy(&st, &addr, req).await,
-        _ => ApiError::no_leader().into_response(),
     }
 }
 

@@ -5,7 +5,7 @@
 //! for every one; `prefix`, `filter`, `reverse`, `per_page`/`next_token` as on every
 //! list; answered with the jobs table's index. `GET /v1/job/{id}?namespace=` answers
 //! with the job's own modify index, so a client blocking with it wakes on a write of
-//! that job only. `GET /v1/job/{id}/allocations`: the job's allocations as
+//! that job only (a missing job: the jobs' delete index). `GET /v1/job/{id}/allocations`: the job's allocations as
 //! `AllocListStub`s (404 when neither the job nor an allocation of it exists).
 //!
 //! Writes, the calls Nomad's clients make: `POST`/`PUT /v1/jobs` and
@@ -31,7 +31,7 @@ use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
 use super::listing::Listing;
 use super::query::{Checked, Params};
-use super::reads::{Item, blocking, index_of, namespace_of, unreachable_missing};
+use super::reads::{Item, absent, blocking, index_of, namespace_of, unreachable_missing};
 use super::writes::commit;
 use super::{AppState, json};
 use crate::api::nomad::{NomadAllocListStub, NomadJob, NomadJobListStub, nullable};
@@ -99,10 +99,10 @@ pub(crate) async fn read(
         &p,
         || job_not_found(&namespace, &id),
         // Its own modify index (as a node read does): a blocking read wakes on a
-        // write of this job only; once it is gone, the table's.
+        // write of this job only; once it is gone, the jobs' delete index.
         |v| match v.job(&namespace, &id) {
             Some(j) => (j.modify_index, Some(NomadJob::from(&*j)), None),
-            None => (v.table_index(Table::Jobs), None, None),
+            None => (absent(&v, Table::Jobs), None, None),
         },
     )
     .await

@@ -1,8 +1,12 @@
 //! The reads, in Nomad's shapes (`api::nomad`; jobs are in `jobs.rs`): each one a blocking query over the
 //! store on this server (the guard in front already made it consistent, or it asked
-//! for `?stale`). A read of one node or allocation answers with its modify index; any
-//! other with the largest table index of the tables it read; each waits on exactly the
-//! rows and ranges it read: a write elsewhere wakes nothing. Lists take Nomad's
+//! for `?stale`). Each answers with the index of what it read (docs/rules.md §5,
+//! "The index of an answer"): one row, its modify index; a plugin or volume, the
+//! largest index of the rows it was built from; a row that is not there, its table's
+//! delete index; a list, the largest table index of the tables it read. Each waits on
+//! exactly the rows and ranges it read, and a wake whose answer is still at or below
+//! the index asked for waits on (the engine's loop): a write elsewhere wakes nothing
+//! and returns nothing. Lists take Nomad's
 //! `prefix`, `filter`, `reverse`, `per_page`/`next_token` (`listing.rs`) and, for
 //! allocations and volumes, `namespace` (`default` unless named; `*` for all); they
 //! answer Nomad's list stubs, or whole objects with schedstate's `?full`.
@@ -85,22 +89,31 @@ pub(super) async fn blocking<T: Serialize>(
             tokio::time::sleep,
             |v: StateView<'_>| {
                 let (index, value, next) = read(v);
+                let index = at_least_one(&v, index);
+                // An answer that does not end the query is dropped here, not held
+                // while the query waits: a waiting query keeps its watch set and its
+                // index, and reads once more if its wait runs out.
+                if !opts.is_answered_by(index) {
+                    return (index, None);
+                }
                 next_token = next;
-                (index, value)
+                (index, Some(value))
             },
         );
         tokio::select! {
-            a = query => Some((a.index, a.value)),
+            a = query => a.value.map(|value| (a.index, value)),
             // The agent is stopping: answer now with what is there.
             _ = stopping.wait_for(|s| *s) => None,
         }
     };
     let (index, value) = match answered {
         Some(a) => a,
+        // The wait ran out (or the agent is stopping): what is there now.
         None => {
-            let (index, value, next) = read(st.server.read_stale().view());
+            let snapshot = st.server.read_stale();
+            let (index, value, next) = read(snapshot.view());
             next_token = next;
-            (index, value)
+            (at_least_one(&snapshot.view(), index), value)
         }
     };
     match value {
@@ -117,6 +130,19 @@ pub(super) async fn blocking<T: Serialize>(
             resp
         }
     }
+}
+
+/// An answer's index raised to 1 once the store holds anything, as Nomad does: a
+/// client that blocks with 0 is answered at once, so an empty table or a row never
+/// deleted (index 0) would make it poll in a loop. Safe: every later write is above
+/// 1, so the raised index still moves when the answer changes.
+fn at_least_one(v: &StateView<'_>, index: u64) -> u64 {
+    index.max(v.last_applied().min(1))
+}
+
+/// The index of a row that is not there: its table's delete index (raised to 1).
+pub(super) fn absent(v: &StateView<'_>, table: Table) -> u64 {
+    at_least_one(v, v.delete_index(table))
 }
 
 pub(super) fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
@@ -185,10 +211,10 @@ pub(crate) async fn node(
         || ApiError::not_found("NodeNotFound", format!("node {id:?} not found")),
         // A node answers with its own modify index (as Nomad does), so a client that
         // blocks with it is woken by a change of this node only; once it is gone,
-        // with the table's.
+        // with the nodes' delete index, which writes to other nodes do not move.
         |v| match v.node(&id) {
             Some(n) => (n.modify_index, Some(NomadNode::from(&*n)), None),
-            None => (v.table_index(Table::Nodes), None, None),
+            None => (absent(&v, Table::Nodes), None, None),
         },
     )
     .await
@@ -260,7 +286,7 @@ pub(crate) async fn allocation(
         || ApiError::not_found("AllocationNotFound", format!("allocation {id:?} not found")),
         |v| match v.alloc(&id) {
             Some(a) => (a.modify_index, Some(NomadAllocation::from(&*a)), None),
-            None => (v.table_index(Table::Allocs), None, None),
+            None => (absent(&v, Table::Allocs), None, None),
         },
     )
     .await
@@ -299,15 +325,12 @@ pub(crate) async fn plugin(
         &st,
         &p,
         || ApiError::not_found("PluginNotFound", format!("CSI plugin {id:?} not found")),
-        // Denormalized from the allocations too: the index of both tables, so a
-        // change of an allocation it lists wakes it.
+        // Denormalized from its allocations too: the largest index of the rows it
+        // was built from, so a change of an allocation it lists moves it and a write
+        // to any other allocation does not.
         |v| {
-            (
-                index_of(&v, &[Table::CsiPlugins, Table::Allocs]),
-                v.csi_plugin_denormalized(&id)
-                    .map(|p| NomadCsiPlugin::from(&p)),
-                None,
-            )
+            let (index, plugin) = v.csi_plugin_denormalized_indexed(&id);
+            (index, plugin.map(|p| NomadCsiPlugin::from(&p)), None)
         },
     )
     .await
@@ -368,16 +391,15 @@ pub(crate) async fn volume(
                 format!("CSI volume {id:?} not found in namespace {namespace:?}"),
             )
         },
+        // Built from its plugin and claiming allocations too: the largest index of
+        // those rows and the volume's.
         |v| {
-            let found = v.csi_volume_denormalized(&namespace, &id).map(|mut d| {
+            let (index, found) = v.csi_volume_denormalized_indexed(&namespace, &id);
+            let found = found.map(|mut d| {
                 redact(&mut d);
                 NomadCsiVolume::from(&d)
             });
-            (
-                index_of(&v, &[Table::CsiVolumes, Table::CsiPlugins, Table::Allocs]),
-                found,
-                None,
-            )
+            (index, found, None)
         },
     )
     .await

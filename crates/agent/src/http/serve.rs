@@ -12,7 +12,9 @@
 //!   What the client's certificate proved ([`Connection`]) goes with every request.
 //! - On stop, every connection is asked to finish its request in flight and close.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,6 +93,12 @@ pub(crate) struct Connection {
     pub role: PeerRole,
 }
 
+/// One connection's future, boxed: the connection's task lives as long as the
+/// connection, and a future is as large as its largest state. With the TLS handshake
+/// and both kinds of hyper connection inline (and the task's own copy of it), a plain
+/// connection's task was 12 KiB (heaptrack under `schedstate bench clients`), the
+/// largest part of a blocked client's cost; now its task holds a pointer, and the box
+/// only the hyper connection it serves (about 1 KiB).
 fn serve_one(
     http: &http1::Builder,
     stream: TcpStream,
@@ -98,57 +106,82 @@ fn serve_one(
     app: Router,
     st: Arc<Service>,
     stopping: watch::Receiver<bool>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
+) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
     let _ = stream.set_nodelay(true);
-    let http = http.clone();
-    async move {
-        let Some(tls) = st.tls.clone() else {
+    match st.tls.clone() {
+        None => {
             let conn = Connection {
                 role: PeerRole::Anonymous,
             };
-            return drive(&http, TokioIo::new(stream), peer, app, conn, stopping).await;
-        };
-        // The handshake is bounded like a request head: a client that opens a
-        // connection and sends nothing holds it no longer.
-        let handshake =
-            tokio::time::timeout(st.limits.header_read_timeout, tls.acceptor().accept(stream))
-                .await;
-        let stream = match handshake {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                st.metrics.tls_handshakes_failed.inc();
-                st.handshake_failures.note(peer, &e.to_string());
-                return;
-            }
-            Err(_) => {
-                st.metrics.tls_handshakes_failed.inc();
-                st.handshake_failures
-                    .note(peer, "no handshake within the header-read timeout");
-                return;
-            }
-        };
-        let role = tls.peer_role(stream.get_ref().1.peer_certificates());
-        drive(
-            &http,
-            TokioIo::new(stream),
+            Box::pin(drive(http, TokioIo::new(stream), peer, app, conn, stopping))
+        }
+        Some(tls) => Box::pin(serve_tls(
+            http.clone(),
+            tls,
+            stream,
             peer,
             app,
-            Connection { role },
+            st,
             stopping,
-        )
-        .await;
+        )),
     }
 }
 
-/// Serves HTTP/1 on one connection until it ends or the agent stops.
-async fn drive<IO>(
+/// The TLS handshake, then HTTP/1 over it.
+async fn serve_tls(
+    http: http1::Builder,
+    tls: crate::tls::Tls,
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    st: Arc<Service>,
+    stopping: watch::Receiver<bool>,
+) {
+    // The handshake is bounded like a request head: a client that opens a connection
+    // and sends nothing holds it no longer.
+    let handshake = Box::pin(tokio::time::timeout(
+        st.limits.header_read_timeout,
+        tls.acceptor().accept(stream),
+    ))
+    .await;
+    let stream = match handshake {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            st.metrics.tls_handshakes_failed.inc();
+            st.handshake_failures.note(peer, &e.to_string());
+            return;
+        }
+        Err(_) => {
+            st.metrics.tls_handshakes_failed.inc();
+            st.handshake_failures
+                .note(peer, "no handshake within the header-read timeout");
+            return;
+        }
+    };
+    let role = tls.peer_role(stream.get_ref().1.peer_certificates());
+    let conn = Connection { role };
+    Box::pin(drive(
+        &http,
+        TokioIo::new(stream),
+        peer,
+        app,
+        conn,
+        stopping,
+    ))
+    .await;
+}
+
+/// Serves HTTP/1 on one connection until it ends or the agent stops. The hyper
+/// connection is made here, so the future holds it and not the builder.
+fn drive<IO>(
     http: &http1::Builder,
     io: TokioIo<IO>,
     peer: SocketAddr,
     app: Router,
     conn_info: Connection,
     mut stopping: watch::Receiver<bool>,
-) where
+) -> impl Future<Output = ()> + Send + 'static
+where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let app = app.map_request(
@@ -157,20 +190,21 @@ async fn drive<IO>(
             req
         },
     );
-    let conn = http.serve_connection(io, TowerToHyperService::new(app));
-    let mut conn = std::pin::pin!(conn);
-    let stop = async move {
-        let _ = stopping.wait_for(|s| *s).await;
-    };
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        () = stop => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+    let mut conn = http.serve_connection(io, TowerToHyperService::new(app));
+    async move {
+        let stop = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        };
+        let result = tokio::select! {
+            r = &mut conn => r,
+            () = stop => {
+                Pin::new(&mut conn).graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }
 

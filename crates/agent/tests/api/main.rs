@@ -2,6 +2,7 @@
 //! tokens, the event stream, and three agents forwarding and proxying.
 
 mod acl;
+mod false_wakes;
 mod health;
 mod hostile;
 mod idempotency;

@@ -3,6 +3,7 @@
 //! running the demo again, determinism per seed, snapshots, and the error cases.
 
 mod agent_procs;
+mod bench;
 mod cluster;
 mod inspect_server;
 mod nomad_compat;

@@ -324,3 +324,49 @@ async fn async_blocking_query_with_min_index_zero_answers_at_once() {
     assert_eq!(res.index, 0);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// A waiting query holds what it needs to re-check, not the version it read: a row
+/// replaced while it waits is freed (its only owner left is the test).
+#[tokio::test]
+async fn a_waiting_query_pins_no_version() {
+    let fx = Arc::new(Fixture::new());
+    fx.put("a", "g1", 0);
+    fx.put("big", "g1", 0);
+    let old_big = fx.db.snapshot().view().get(fx.items, &key("big")).unwrap();
+    let runs = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    let min = fx.db.last_applied();
+    let waiter = {
+        let fx = Arc::clone(&fx);
+        async move {
+            fx.db
+                .blocking_query_async(
+                    QueryOptions::new(min, Duration::from_millis(800)),
+                    tokio::time::sleep,
+                    query_a(&fx, &runs, Some(tx)),
+                )
+                .await
+        }
+    };
+    let checker = {
+        let fx = Arc::clone(&fx);
+        tokio::task::spawn_blocking(move || {
+            rx.recv().unwrap();
+            // Let the query register (its first wait), then replace the row it did
+            // not read; the write frees the versions nobody holds.
+            thread::sleep(Duration::from_millis(100));
+            fx.put("big", "g2", 1);
+            fx.put("other", "g1", 0);
+            fx.db.reclaim();
+            Arc::strong_count(&old_big)
+        })
+    };
+    let (answer, count) = tokio::join!(waiter, checker);
+    let answer = answer.unwrap();
+    assert!(answer.timed_out, "a write to another row answered it");
+    assert_eq!(
+        count.unwrap(),
+        1,
+        "the waiting query kept the old version alive"
+    );
+}

@@ -4,6 +4,7 @@
 
 mod blocking;
 mod concurrency;
+mod delete_index;
 mod model;
 mod pmap;
 mod pmap_check;
