@@ -14,8 +14,9 @@ use schedstate::state::Command;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::error::ProposeError;
-use crate::server::{Committed, kept_answer};
+use crate::server::Committed;
 use crate::state_machine::Outcome;
+use crate::write_keys::kept_answer;
 use crate::{Proposal, ProposalKeys, TypeConfig, WriteKey};
 
 /// The wall clock in milliseconds since the Unix epoch: the leader's time stamp on a

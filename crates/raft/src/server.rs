@@ -21,27 +21,8 @@ use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
 use crate::snapshot_receiver::{Received, SnapshotReceiver, check_snapshot};
 use crate::state_machine::{Applied, StateMachine};
-use crate::write_keys::{KeptOutcome, KeyCheck, WriteKey, WriteKeys};
+use crate::write_keys::{KeptOutcome, KeyCheck, WriteKey, WriteKeys, kept_answer};
 use crate::{NodeId, TypeConfig};
-
-/// The answer to a write whose key was kept: committed or refused at `index`, as the
-/// first time.
-pub(crate) fn kept_answer(
-    index: u64,
-    refusal: Option<(String, String)>,
-) -> Result<Committed, ProposeError> {
-    match refusal {
-        None => Ok(Committed {
-            index,
-            replayed: true,
-        }),
-        Some((kind, message)) => Err(ProposeError::RefusedRemotely {
-            index,
-            kind,
-            message,
-        }),
-    }
-}
 
 /// A command that committed and was applied: its log index, which is also the write
 /// index of the state it produced (for read-your-writes and blocking queries).
@@ -266,15 +247,21 @@ impl Server {
         command
             .check_input()
             .map_err(|e| ProposeError::invalid(&e))?;
-        if let Some(key) = &key {
-            let known = self.inner.keys.lock().check(key);
-            match known {
-                KeyCheck::Fresh => {}
-                KeyCheck::Replay(kept) => return kept_answer(kept.index, kept.refusal),
-                KeyCheck::Reused { index } => return Err(ProposeError::KeyReused { index }),
-            }
+        if let Some(answer) = self.known_outcome(key.as_ref()) {
+            return answer;
         }
         self.inner.batcher.propose(command, key).await
+    }
+
+    /// The answer for a write whose key this server's state machine already kept
+    /// (applied here, so final): its first outcome, or the refusal of a reused key.
+    fn known_outcome(&self, key: Option<&WriteKey>) -> Option<Result<Committed, ProposeError>> {
+        let check = self.inner.keys.lock().check(key?);
+        match check {
+            KeyCheck::Fresh => None,
+            KeyCheck::Replay(kept) => Some(kept_answer(kept.index, kept.refusal)),
+            KeyCheck::Reused { index } => Some(Err(ProposeError::KeyReused { index })),
+        }
     }
 
     /// How many write keys this server's state machine keeps.
@@ -317,6 +304,10 @@ impl Server {
         command
             .check_input()
             .map_err(|e| ProposeError::invalid(&e))?;
+        // A retry of a write this server already applied needs no leader.
+        if let Some(answer) = self.known_outcome(key.as_ref()) {
+            return answer;
+        }
         crate::forward::propose_or_forward(self, command, key).await
     }
 

@@ -20,6 +20,8 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
+use crate::{Committed, ProposeError};
+
 /// How long a key is remembered, by the log's clock: a retry later than this is a
 /// new write.
 pub const WRITE_KEY_TTL_MS: u64 = 10 * 60 * 1000;
@@ -194,6 +196,25 @@ impl WriteKeys {
             table.order.push_back(id);
         }
         Ok(table)
+    }
+}
+
+/// The answer to a write whose key was kept: committed or refused at `index`, as the
+/// first time.
+pub(crate) fn kept_answer(
+    index: u64,
+    refusal: Option<(String, String)>,
+) -> Result<Committed, ProposeError> {
+    match refusal {
+        None => Ok(Committed {
+            index,
+            replayed: true,
+        }),
+        Some((kind, message)) => Err(ProposeError::RefusedRemotely {
+            index,
+            kind,
+            message,
+        }),
     }
 }
 
