@@ -122,8 +122,11 @@ impl Agent {
                 "TLS on: https only on {addr}"
             );
         }
-        let transport = HttpTransport::new(config.cluster_key.clone(), tls.as_ref())?;
-        let dialer = PeerDialer::new(tls.as_ref())?;
+        // Peers are dialed from the address this agent serves on (see `outbound`).
+        let source = Some(addr.ip());
+        let transport =
+            HttpTransport::with_source(config.cluster_key.clone(), tls.as_ref(), source)?;
+        let dialer = PeerDialer::new(tls.as_ref(), source)?;
         let server = Server::open(config.id, &config.data, options, transport).await?;
         tracing::info!(
             id = config.id,

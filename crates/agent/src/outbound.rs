@@ -8,8 +8,14 @@
 //!
 //! Answers are read up to a limit the caller gives, never to whatever length they
 //! claim, and every request has an overall deadline ([`HttpClient::call`]).
+//!
+//! An agent bound to one address of a multi-homed machine dials its peers *from* that
+//! address ([`PeerDialer::new`]'s `source`): the peers then see the address the agent
+//! serves on, not whichever one the routing table picks — and a test's fault proxy
+//! can tell which server opened a connection (tests/nemesis).
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,27 +29,30 @@ use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use crate::tls::{Tls, TlsError};
 
-/// How one agent dials the others: the scheme and the TLS config.
+/// How one agent dials the others: the scheme, the TLS config, the source address.
 #[derive(Clone, Debug)]
 pub(crate) struct PeerDialer {
     tls: Option<Arc<ClientConfig>>,
+    source: Option<IpAddr>,
 }
 
 impl PeerDialer {
     /// Plain HTTP without `tls`; with it, HTTPS presenting this server's certificate
     /// and taking only peers holding a server certificate of the cluster's CA.
+    /// Connections leave from `source` (the agent's bind address) when it can reach
+    /// the peer; see [`source_for`].
     ///
     /// # Errors
     /// TLS without a CA: servers could not verify each other.
-    pub(crate) fn new(tls: Option<&Tls>) -> Result<PeerDialer, TlsError> {
+    pub(crate) fn new(tls: Option<&Tls>, source: Option<IpAddr>) -> Result<PeerDialer, TlsError> {
         let tls = tls.map(Tls::server_client_config).transpose()?;
-        Ok(PeerDialer { tls })
+        Ok(PeerDialer { tls, source })
     }
 
     /// `http` or `https`.
@@ -53,8 +62,21 @@ impl PeerDialer {
 
     /// A client with this dialer's TLS.
     pub(crate) fn client(&self, connect_timeout: Duration) -> HttpClient {
-        HttpClient::new(self.tls.clone(), connect_timeout)
+        HttpClient::with_source(self.tls.clone(), connect_timeout, self.source)
     }
+}
+
+/// The address a connection to `target` leaves from when the agent is bound to
+/// `bind`: `bind` itself when it is one specific address of `target`'s family that can
+/// reach it (a loopback address reaches only loopback), else whatever the routing
+/// table picks (`None`). An agent bound to `0.0.0.0` serves every address, so it has
+/// none to prefer.
+pub(crate) fn source_for(bind: Option<IpAddr>, target: IpAddr) -> Option<IpAddr> {
+    let bind = bind?;
+    let usable = !bind.is_unspecified()
+        && bind.is_ipv4() == target.is_ipv4()
+        && (!bind.is_loopback() || target.is_loopback());
+    usable.then_some(bind)
 }
 
 /// Why a request got no (whole) answer.
@@ -136,9 +158,20 @@ impl HttpClient {
     /// 5 s, below the agents' own idle timeout, so none is reused just as the other
     /// side closes it.
     pub(crate) fn new(tls: Option<Arc<ClientConfig>>, connect_timeout: Duration) -> HttpClient {
+        HttpClient::with_source(tls, connect_timeout, None)
+    }
+
+    /// [`new`](Self::new), its connections leaving from `source` where
+    /// [`source_for`] allows.
+    pub(crate) fn with_source(
+        tls: Option<Arc<ClientConfig>>,
+        connect_timeout: Duration,
+        source: Option<IpAddr>,
+    ) -> HttpClient {
         let dialer = Dialer {
             tls: tls.map(TlsConnector::from),
             connect_timeout,
+            source,
         };
         let pool = Pool::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(5))
@@ -215,6 +248,7 @@ impl HttpClient {
 struct Dialer {
     tls: Option<TlsConnector>,
     connect_timeout: Duration,
+    source: Option<IpAddr>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -222,6 +256,7 @@ impl std::fmt::Debug for Dialer {
         f.debug_struct("Dialer")
             .field("tls", &self.tls.is_some())
             .field("connect_timeout", &self.connect_timeout)
+            .field("source", &self.source)
             .finish()
     }
 }
@@ -257,17 +292,14 @@ impl Dialer {
             .trim_end_matches(']')
             .to_string();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let tcp = tokio::time::timeout(
-            self.connect_timeout,
-            TcpStream::connect((host.as_str(), port)),
-        )
-        .await
-        .map_err(|_| {
-            format!(
-                "connecting to {host}:{port} timed out after {} ms",
-                self.connect_timeout.as_millis()
-            )
-        })??;
+        let tcp = tokio::time::timeout(self.connect_timeout, connect(&host, port, self.source))
+            .await
+            .map_err(|_| {
+                format!(
+                    "connecting to {host}:{port} timed out after {} ms",
+                    self.connect_timeout.as_millis()
+                )
+            })??;
         tcp.set_nodelay(true)?;
         if !https {
             return Ok(TokioIo::new(Stream::Plain(tcp)));
@@ -281,6 +313,32 @@ impl Dialer {
             .map_err(|_| "the TLS handshake timed out")??;
         Ok(TokioIo::new(Stream::Tls(Box::new(tls))))
     }
+}
+
+/// TCP to `host:port`, each of its addresses in turn, from `source` where
+/// [`source_for`] allows.
+async fn connect(host: &str, port: u16, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for target in tokio::net::lookup_host((host, port)).await? {
+        let socket = if target.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        if let Some(ip) = source_for(source, target.ip()) {
+            socket.bind(SocketAddr::new(ip, 0))?;
+        }
+        match socket.connect(target).await {
+            Ok(tcp) => return Ok(tcp),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{host} has no address"),
+        )
+    }))
 }
 
 /// A connection of the pool: plain TCP or TLS over it.
@@ -442,5 +500,47 @@ mod tests {
             .await
             .unwrap_err();
         assert!(!e.is_connect() && !e.is_timeout(), "{e}");
+    }
+
+    #[test]
+    fn a_source_is_used_only_where_it_can_reach_the_target() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let lo = Some(ip("127.0.0.12"));
+        assert_eq!(source_for(lo, ip("127.0.0.13")), lo);
+        // Loopback cannot reach another host; another family cannot be bound.
+        assert_eq!(source_for(lo, ip("10.1.2.3")), None);
+        assert_eq!(source_for(lo, ip("::1")), None);
+        assert_eq!(source_for(Some(ip("0.0.0.0")), ip("127.0.0.1")), None);
+        assert_eq!(source_for(None, ip("127.0.0.1")), None);
+        let public = Some(ip("10.0.0.5"));
+        assert_eq!(source_for(public, ip("10.0.0.6")), public);
+    }
+
+    #[tokio::test]
+    async fn connections_leave_from_the_source_address() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = tokio::spawn(async move {
+            let (mut conn, peer) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).await;
+            let _ = conn
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .await;
+            peer.ip()
+        });
+        let source = "127.0.0.7".parse().unwrap();
+        HttpClient::with_source(None, Duration::from_secs(1), Some(source))
+            .call(
+                Method::GET,
+                &format!("http://{addr}/"),
+                &[],
+                Bytes::new(),
+                64,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+        assert_eq!(seen.await.unwrap(), source);
     }
 }

@@ -41,7 +41,20 @@ impl HttpTransport {
         key: Option<ClusterKey>,
         tls: Option<&Tls>,
     ) -> Result<HttpTransport, TransportError> {
-        let dialer = PeerDialer::new(tls)?;
+        HttpTransport::with_source(key, tls, None)
+    }
+
+    /// [`new`](Self::new), its connections leaving from `source` (the agent's bind
+    /// address) when that address can reach the peer.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_source(
+        key: Option<ClusterKey>,
+        tls: Option<&Tls>,
+        source: Option<std::net::IpAddr>,
+    ) -> Result<HttpTransport, TransportError> {
+        let dialer = PeerDialer::new(tls, source)?;
         let http = dialer.client(Duration::from_secs(2));
         Ok(HttpTransport {
             http,

@@ -1,0 +1,267 @@
+//! The scenarios: each starts a cluster behind the fault proxy, runs clients for
+//! [`run::seconds`] while its nemesis applies faults, heals, and checks (see
+//! [`Run::finish`]).
+
+use std::time::Duration;
+
+use schedstate_agent::Client;
+use schedstate_agent::api::PeerChange;
+
+use crate::cluster::SETTLE;
+use crate::proxy::Fault;
+use crate::run::Run;
+
+/// Clients per run and registers they share: enough overlap for reads to race
+/// writes on one register, few enough for 2 cores.
+const CLIENTS: usize = 4;
+const REGISTERS: usize = 3;
+
+/// How long a partition stays before the clients' requests and the probes may
+/// assume the minority knows it has no leader (election timeouts are 200–400 ms).
+const SETTLE_PARTITION: Duration = Duration::from_millis(1500);
+
+/// A blackhole or a hard cut, at random: a real partition is either.
+fn partition_fault(run: &mut Run) -> Fault {
+    if run.rng.below(3) == 0 {
+        Fault::Cut
+    } else {
+        Fault::Drop
+    }
+}
+
+/// The leader as the majority of `members` sees it, once they agree.
+async fn leader(run: &Run) -> usize {
+    run.cluster.wait_leader(&run.members).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_answers_no_stale_success_and_the_rest_goes_on() {
+    let mut run = Run::start("isolated-leader", 3, 3, CLIENTS, REGISTERS).await;
+    let mut first = true;
+    while run.time_left() {
+        let old = leader(&run).await;
+        let others: Vec<usize> = run.members.iter().copied().filter(|&i| i != old).collect();
+        let fault = partition_fault(&mut run);
+        run.cluster.proxy.between(&[old], &others, fault);
+        run.partitioned(true);
+        // The others elect a new leader; the old one finds no quorum.
+        let new = run.cluster.wait_leader(&others).await;
+        assert_ne!(new, old);
+        tokio::time::sleep(SETTLE_PARTITION).await;
+        if first {
+            // While it is cut off, the old leader must refuse writes and consistent
+            // reads within its bounds; the partition stays until it has answered.
+            run.probe(&[old]);
+            run.await_probes().await;
+            first = false;
+        }
+        run.cluster.proxy.heal();
+        run.partitioned(false);
+        tokio::time::sleep(
+            run.rng
+                .between(Duration::from_millis(300), Duration::from_millis(1200)),
+        )
+        .await;
+    }
+    run.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_goes_on_and_a_minority_refuses_clearly() {
+    let mut run = Run::start("majority-minority", 5, 5, CLIENTS, REGISTERS).await;
+    let mut first = true;
+    while run.time_left() {
+        // A random 2 | 3 split.
+        let mut order = run.members.clone();
+        for i in (1..order.len()).rev() {
+            let j = run.rng.below(i + 1);
+            order.swap(i, j);
+        }
+        let (minority, majority) = order.split_at(2);
+        let fault = partition_fault(&mut run);
+        run.cluster.proxy.between(minority, majority, fault);
+        run.partitioned(true);
+        run.cluster.wait_leader(majority).await;
+        tokio::time::sleep(SETTLE_PARTITION).await;
+        if first {
+            run.probe(minority);
+            run.await_probes().await;
+            first = false;
+        } else {
+            tokio::time::sleep(
+                run.rng
+                    .between(Duration::from_millis(500), Duration::from_millis(2000)),
+            )
+            .await;
+        }
+        run.cluster.proxy.heal();
+        run.partitioned(false);
+        tokio::time::sleep(
+            run.rng
+                .between(Duration::from_millis(300), Duration::from_millis(1000)),
+        )
+        .await;
+    }
+    run.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_between_two_halves_keeps_the_history_linearizable() {
+    let mut run = Run::start("bridge", 5, 5, CLIENTS, REGISTERS).await;
+    while run.time_left() {
+        // Two halves that do not see each other and one server that sees both: each
+        // half plus the bridge is a majority, so leadership may move between them.
+        let mut order = run.members.clone();
+        for i in (1..order.len()).rev() {
+            let j = run.rng.below(i + 1);
+            order.swap(i, j);
+        }
+        let fault = partition_fault(&mut run);
+        run.cluster.proxy.between(&order[0..2], &order[3..5], fault);
+        tokio::time::sleep(
+            run.rng
+                .between(Duration::from_millis(1500), Duration::from_millis(3000)),
+        )
+        .await;
+        run.cluster.proxy.heal();
+        tokio::time::sleep(
+            run.rng
+                .between(Duration::from_millis(200), Duration::from_millis(800)),
+        )
+        .await;
+    }
+    run.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flapping_links_keep_the_history_linearizable() {
+    let mut run = Run::start("flapping", 5, 5, CLIENTS, REGISTERS).await;
+    while run.time_left() {
+        // One directed link changes every 50–300 ms: cut, dropped, slowed or back up;
+        // now and then everything heals at once.
+        let from = run.members[run.rng.below(run.members.len())];
+        let to = run.members[run.rng.below(run.members.len())];
+        if from != to {
+            let fault = match run.rng.below(4) {
+                0 => Fault::Cut,
+                1 => Fault::Drop,
+                2 => Fault::Delay(
+                    run.rng
+                        .between(Duration::from_millis(5), Duration::from_millis(250)),
+                ),
+                _ => Fault::Up,
+            };
+            run.cluster.proxy.set(from, to, fault);
+        }
+        if run.rng.below(20) == 0 {
+            run.cluster.proxy.heal();
+        }
+        tokio::time::sleep(
+            run.rng
+                .between(Duration::from_millis(50), Duration::from_millis(300)),
+        )
+        .await;
+    }
+    run.finish().await;
+}
+
+/// Sends `change` to the members in turn until one takes it, within [`SETTLE`].
+async fn change_peer(run: &mut Run, change: &PeerChange) {
+    let start = std::time::Instant::now();
+    loop {
+        let target = run.members[run.rng.below(run.members.len())];
+        let leader = run.cluster.leader_seen_by(target).unwrap_or(target);
+        let client = Client::new(&run.cluster.url(leader), None).expect("client");
+        match client.change_peer(change).await {
+            Ok(_) => return,
+            Err(e) => {
+                assert!(
+                    start.elapsed() < SETTLE,
+                    "{change:?} never went through: {e}"
+                );
+                eprintln!("nemesis {}: {change:?}: {e}; trying again", run.name);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_partitioned_during_membership_changes_under_load() {
+    let mut run = Run::start("membership", 5, 3, CLIENTS, REGISTERS).await;
+    // A follower cut off while a fourth server is added and the follower removed.
+    let l = leader(&run).await;
+    let cut_off = run
+        .members
+        .iter()
+        .copied()
+        .find(|&i| i != l)
+        .expect("a follower");
+    let fault = partition_fault(&mut run);
+    let others: Vec<usize> = (0..5).filter(|&i| i != cut_off).collect();
+    run.cluster.proxy.between(&[cut_off], &others, fault);
+    tokio::time::sleep(SETTLE_PARTITION).await;
+
+    // Server 4 joins (fresh, it waits to be added) with writes going on.
+    run.cluster.start_agent(3, 4).await;
+    let add = PeerChange::Add {
+        id: 4,
+        address: run.cluster.public[3].to_string(),
+        wait: None,
+    };
+    change_peer(&mut run, &add).await;
+    run.members.push(3);
+    run.targets.lock().push(run.cluster.url(3));
+
+    // The cut-off follower is removed while it cannot hear of it, then stopped.
+    change_peer(
+        &mut run,
+        &PeerChange::Remove {
+            id: cut_off as u64 + 1,
+        },
+    )
+    .await;
+    run.members.retain(|&i| i != cut_off);
+    let url = run.cluster.url(cut_off);
+    run.targets.lock().retain(|t| *t != url);
+    run.cluster.stop_agent(cut_off).await;
+    run.cluster.proxy.heal();
+
+    // Then the new server is cut off and healed again, and a fifth added and removed
+    // while the leader's links flap.
+    let members = run.members.clone();
+    let newest = 3;
+    let rest: Vec<usize> = members.iter().copied().filter(|&i| i != newest).collect();
+    run.cluster.proxy.between(&[newest], &rest, Fault::Drop);
+    run.cluster.start_agent(4, 5).await;
+    let add = PeerChange::Add {
+        id: 5,
+        address: run.cluster.public[4].to_string(),
+        wait: None,
+    };
+    change_peer(&mut run, &add).await;
+    run.members.push(4);
+    run.targets.lock().push(run.cluster.url(4));
+    run.cluster.proxy.heal();
+    while run.time_left() {
+        let l = leader(&run).await;
+        let to = run.members[run.rng.below(run.members.len())];
+        if to != l {
+            run.cluster.proxy.set(
+                l,
+                to,
+                Fault::Delay(
+                    run.rng
+                        .between(Duration::from_millis(10), Duration::from_millis(150)),
+                ),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        run.cluster.proxy.heal();
+    }
+    change_peer(&mut run, &PeerChange::Remove { id: 5 }).await;
+    run.members.retain(|&i| i != 4);
+    let url = run.cluster.url(4);
+    run.targets.lock().retain(|t| *t != url);
+    run.finish().await;
+}
