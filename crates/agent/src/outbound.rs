@@ -195,6 +195,27 @@ impl HttpClient {
         limit: usize,
         deadline: Duration,
     ) -> Result<Answer, HttpError> {
+        self.call_timed(method, url, headers, body, limit, deadline, deadline)
+            .await
+    }
+
+    /// [`call`](Self::call), with the answer's head (status and headers) due within
+    /// `head` and the whole answer within `deadline`: a server that will never
+    /// answer is given up on early, one that sends a long body is given time for it.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn call_timed(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+        limit: usize,
+        head: Duration,
+        deadline: Duration,
+    ) -> Result<Answer, HttpError> {
         let bad = |e: &dyn std::fmt::Display| HttpError::new(HttpErrorKind::Request, e.to_string());
         let uri: Uri = url.parse().map_err(|e| bad(&e))?;
         let mut req = hyper::Request::builder().method(method).uri(uri);
@@ -203,14 +224,22 @@ impl HttpClient {
         }
         let req = req.body(Full::new(body)).map_err(|e| bad(&e))?;
         let exchange = async {
-            let resp = self.pool.request(req).await.map_err(|e| {
-                let kind = if e.is_connect() {
-                    HttpErrorKind::Connect
-                } else {
-                    HttpErrorKind::Io
-                };
-                HttpError::new(kind, innermost(&e))
-            })?;
+            let resp = tokio::time::timeout(head, self.pool.request(req))
+                .await
+                .map_err(|_| {
+                    HttpError::new(
+                        HttpErrorKind::Timeout,
+                        format!("no answer began within {} ms", head.as_millis()),
+                    )
+                })?
+                .map_err(|e| {
+                    let kind = if e.is_connect() {
+                        HttpErrorKind::Connect
+                    } else {
+                        HttpErrorKind::Io
+                    };
+                    HttpError::new(kind, innermost(&e))
+                })?;
             let (parts, body) = resp.into_parts();
             let body = Limited::new(body, limit)
                 .collect()
@@ -542,5 +571,25 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(seen.await.unwrap(), source);
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_does_not_begin_in_time_is_a_timeout_however_long_the_deadline() {
+        let url = server(b"HTTP/1.1 200 OK\r\n\r\n", Duration::from_secs(30)).await;
+        let start = std::time::Instant::now();
+        let e = HttpClient::new(None, Duration::from_secs(1))
+            .call_timed(
+                Method::GET,
+                &url,
+                &[],
+                Bytes::new(),
+                64,
+                Duration::from_millis(300),
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap_err();
+        assert!(e.is_timeout() && e.to_string().contains("began"), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(5));
     }
 }

@@ -28,6 +28,14 @@ const PROXIED_ANSWER_BYTES: usize = 4 << 30;
 /// proxied request may take: the leader's answer, a snapshot download.
 const PROXIED_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// Beyond what the leader itself may take before it answers (a blocking read's
+/// wait, else [`CONFIRM_WAIT`]), how long its answer may take to *begin*: a leader
+/// that is cut off, paused or blackholed is given up on then, not after
+/// [`PROXIED_MARGIN`] (seen by the partition nemesis: a follower that could not
+/// reach the leader but still heard its heartbeats held consistent reads for
+/// minutes).
+const PROXIED_HEAD_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Marks a request a follower proxied to the leader.
 const PROXIED_HEADER: &str = "X-Schedstate-Proxied";
 
@@ -75,7 +83,7 @@ pub(crate) async fn consistent(State(st): State<AppState>, req: Request, next: N
     let leader = Box::pin(find_leader(&st)).await;
     match leader {
         Some((id, _)) if id == st.server.id() => next.run(req).await,
-        Some((_, addr)) if !addr.is_empty() => Box::pin(proxy(&st, &addr, req)).await,
+        Some((id, addr)) if !addr.is_empty() => Box::pin(proxy(&st, id, &addr, req)).await,
         _ => ApiError::no_leader().into_response(),
     }
 }
@@ -94,8 +102,41 @@ async fn find_leader(st: &Service) -> Option<(u64, String)> {
     }
 }
 
-/// Sends `req` to the leader at `addr` and relays its answer.
-async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
+/// How long the leader may take to begin answering a proxied request to `uri`: a
+/// blocking read's wait (capped as the read caps it) plus its jitter, or a
+/// consistent read's confirmation, and a margin.
+fn head_deadline(st: &Service, uri: &axum::http::Uri) -> std::time::Duration {
+    let p = super::query::parse(uri.query()).unwrap_or_default();
+    let own = if p.index > 0 {
+        let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
+        wait + wait / 16
+    } else {
+        CONFIRM_WAIT
+    };
+    own + PROXIED_HEAD_MARGIN
+}
+
+/// Resolves once this server no longer takes `id` for the leader (an election
+/// began, another server won one) or its Raft stopped. Watches openraft's server
+/// metrics, which change only with the vote, the leader or the membership — not
+/// with every entry, as a blocked proxied read would otherwise be woken by.
+async fn leader_moves_from(st: &Service, id: u64) {
+    let mut metrics = st.server.raft().server_metrics();
+    loop {
+        if metrics.borrow_and_update().current_leader != Some(id) {
+            return;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends `req` to the leader (`leader` at `addr`) and relays its answer; gives up
+/// with 503 when the answer does not begin within [`head_deadline`] or this server
+/// stops taking `leader` for the leader meanwhile (the client may retry: what is
+/// proxied is a read or an operator call the leader refuses from a non-leader).
+async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -123,18 +164,27 @@ async fn proxy(st: &Service, addr: &str, req: Request) -> Response {
         }
     }
     let deadline = st.max_wait + st.max_wait / 16 + PROXIED_MARGIN;
-    let answer = match st
-        .proxy
-        .call(
-            parts.method.clone(),
-            &url,
-            &headers,
-            body,
-            PROXIED_ANSWER_BYTES,
-            deadline,
-        )
-        .await
-    {
+    let call = st.proxy.call_timed(
+        parts.method.clone(),
+        &url,
+        &headers,
+        body,
+        PROXIED_ANSWER_BYTES,
+        head_deadline(st, &parts.uri),
+        deadline,
+    );
+    let answer = tokio::select! {
+        answer = call => answer,
+        () = leader_moves_from(st, leader) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!("server {leader} at {addr} stopped leading while the request was proxied to it; retry"),
+            )
+            .into_response();
+        }
+    };
+    let answer = match answer {
         Ok(a) => a,
         Err(e) => {
             return ApiError::new(

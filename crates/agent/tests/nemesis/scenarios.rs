@@ -265,3 +265,29 @@ async fn a_server_partitioned_during_membership_changes_under_load() {
     run.targets.lock().retain(|t| *t != url);
     run.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_cannot_reach_the_leader_answers_within_its_bounds() {
+    // One way only: the follower's connections to the leader are blackholed, the
+    // leader's to the follower work — its heartbeats arrive, so the follower keeps
+    // taking it for the leader and sends it what it forwards and proxies.
+    let mut run = Run::start("one-way", 3, 3, CLIENTS, REGISTERS).await;
+    let l = leader(&run).await;
+    let follower = run
+        .members
+        .iter()
+        .copied()
+        .find(|&i| i != l)
+        .expect("a follower");
+    run.cluster.proxy.set(follower, l, Fault::Drop);
+    run.partitioned(true);
+    tokio::time::sleep(SETTLE_PARTITION).await;
+    assert_eq!(
+        run.cluster.leader_seen_by(follower),
+        Some(l),
+        "the follower still hears the leader"
+    );
+    run.probe(&[follower]);
+    run.await_probes().await;
+    run.finish().await;
+}

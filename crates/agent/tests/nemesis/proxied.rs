@@ -1,0 +1,84 @@
+//! Consistent reads a follower proxies to a leader it cannot reach: answered 503
+//! once the follower stops taking it for the leader, or once the leader's answer is
+//! overdue — never held for the proxy's whole deadline (found by the nemesis: reads
+//! proxied to a blackholed leader were held for minutes).
+
+use std::time::{Duration, Instant};
+
+use crate::cluster::Cluster;
+use crate::proxy::Fault;
+use crate::workload::{self, Answer, read_once};
+
+/// A consistent read through `follower`, in the background; its answer and how long
+/// it took.
+fn read_through(c: &Cluster, follower: usize) -> tokio::task::JoinHandle<(Answer, Duration)> {
+    let url = c.url(follower);
+    tokio::spawn(async move {
+        let start = Instant::now();
+        let answer = match read_once(&workload::http(), &url, 0, Duration::from_secs(60)).await {
+            Ok(v) => Answer::Ok(serde_json::json!(v), false),
+            Err(a) => a,
+        };
+        (answer, start.elapsed())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_proxied_to_a_leader_that_is_cut_off_ends_when_the_follower_sees_it_go() {
+    let c = Cluster::start(3, 3).await;
+    let l = c.wait_leader(&[0, 1, 2]).await;
+    let f = (l + 1) % 3;
+    // The follower cannot reach the leader but still hears it: its read is proxied
+    // and stalls.
+    c.proxy.set(f, l, Fault::Drop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.leader_seen_by(f), Some(l));
+    let read = read_through(&c, f);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !read.is_finished(),
+        "the read should be waiting on the leader"
+    );
+    // Now the leader's heartbeats stop too: the follower's election timer fires.
+    let cut = Instant::now();
+    c.proxy.set(l, f, Fault::Drop);
+    let (answer, _) = read.await.unwrap();
+    let after_cut = cut.elapsed();
+    assert!(
+        matches!(&answer, Answer::Error(503, kind, m) if kind == "Unavailable" && m.contains("stopped leading")),
+        "{answer:?}"
+    );
+    // An election timeout and the leader's lease, far below the 10 s head deadline.
+    assert!(
+        after_cut < Duration::from_secs(3),
+        "answered {after_cut:?} after the cut"
+    );
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_proxied_to_a_leader_that_never_answers_ends_at_the_head_deadline() {
+    let c = Cluster::start(3, 3).await;
+    let l = c.wait_leader(&[0, 1, 2]).await;
+    let f = (l + 1) % 3;
+    // One way only, for good: the follower keeps hearing the leader.
+    c.proxy.set(f, l, Fault::Drop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (answer, took) = read_through(&c, f).await.unwrap();
+    assert!(
+        matches!(&answer, Answer::Error(503, kind, m) if kind == "Unavailable" && m.contains("no answer began")),
+        "{answer:?}"
+    );
+    // The leader's 5 s to confirm a read, 5 s of margin: not the minutes a blocking
+    // read may be given.
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    assert_eq!(
+        c.leader_seen_by(f),
+        Some(l),
+        "the follower still takes it for the leader"
+    );
+    c.shutdown().await;
+}
