@@ -6,11 +6,12 @@
 //! dial: client traffic is never faulted) and dials its peers from there; the
 //! membership names the proxy's port for it on the same address.
 
+use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use schedstate_agent::{Agent, AgentConfig, ClusterKey, Peers};
+use schedstate_agent::{Agent, AgentConfig, AgentError, ClusterKey, Peers};
 use tempfile::TempDir;
 
 use crate::proxy::Proxy;
@@ -99,7 +100,25 @@ impl Cluster {
         config.cluster_key =
             Some(ClusterKey::from_bytes(*b"the nemesis clusters' shared key!!").expect("key"));
         config.event_buffer = 64;
-        self.agents[i] = Some(Agent::start(config).await.expect("agent starts"));
+        // The private port was free when picked; if something took it since, the
+        // agent moves to another (its peers dial the proxy, which follows).
+        for _ in 0..5 {
+            match Agent::start(config.clone()).await {
+                Ok(agent) => {
+                    self.agents[i] = Some(agent);
+                    return;
+                }
+                Err(AgentError::Bind { addr, source }) if source.kind() == ErrorKind::AddrInUse => {
+                    eprintln!("nemesis: {addr} was taken; agent {} moves", i + 1);
+                    let ip = self.private[i].ip();
+                    self.private[i] = SocketAddr::new(ip, free_port(ip));
+                    self.proxy.move_server(i, self.private[i]);
+                    config.bind = self.private[i];
+                }
+                Err(e) => panic!("agent {} does not start: {e}", i + 1),
+            }
+        }
+        panic!("agent {} found no free port", i + 1);
     }
 
     /// Stops agent `i` (its directory stays).
@@ -133,6 +152,28 @@ impl Cluster {
             assert!(
                 start.elapsed() < SETTLE,
                 "no leader among {among:?}: {leaders:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the agents of `among` agree on one running leader other than
+    /// `old` (possibly a server outside `among`, such as one just added); returns
+    /// its position.
+    pub async fn wait_leader_other_than(&self, among: &[usize], old: usize) -> usize {
+        let start = Instant::now();
+        loop {
+            let seen: Vec<Option<usize>> = among.iter().map(|&i| self.leader_seen_by(i)).collect();
+            if let Some(Some(l)) = seen.first()
+                && seen.iter().all(|x| *x == Some(*l))
+                && *l != old
+                && self.agents[*l].is_some()
+            {
+                return *l;
+            }
+            assert!(
+                start.elapsed() < SETTLE,
+                "no new leader among {among:?}: {seen:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

@@ -59,6 +59,8 @@ pub struct Proxy {
     rules: Arc<watch::Sender<Rules>>,
     /// Server position by its address, to know who dials.
     servers: Arc<parking_lot::Mutex<HashMap<IpAddr, usize>>>,
+    /// Each server's private address, by position.
+    upstreams: Arc<parking_lot::Mutex<HashMap<usize, SocketAddr>>>,
     accept_loops: Vec<JoinHandle<()>>,
     /// Every connection's task, to stop them all with the proxy.
     conns: Arc<parking_lot::Mutex<Vec<JoinHandle<()>>>>,
@@ -69,6 +71,7 @@ impl Proxy {
         Proxy {
             rules: Arc::new(watch::channel(Rules::new()).0),
             servers: Default::default(),
+            upstreams: Default::default(),
             accept_loops: Vec::new(),
             conns: Default::default(),
         }
@@ -83,14 +86,17 @@ impl Proxy {
         private: SocketAddr,
     ) -> SocketAddr {
         self.servers.lock().insert(ip, position);
+        self.upstreams.lock().insert(position, private);
         let listener = TcpListener::bind((ip, 0)).await.expect("proxy port");
         let public = listener.local_addr().expect("proxy address");
         let rules = self.rules.clone();
         let servers = self.servers.clone();
+        let upstreams = self.upstreams.clone();
         let conns = self.conns.clone();
         self.accept_loops.push(tokio::spawn(async move {
             while let Ok((inbound, from)) = listener.accept().await {
                 let source = servers.lock().get(&from.ip()).copied();
+                let private = upstreams.lock()[&position];
                 let task = tokio::spawn(relay(
                     inbound,
                     from.ip(),
@@ -104,6 +110,12 @@ impl Proxy {
             }
         }));
         public
+    }
+
+    /// Server `position` now listens privately on `private` (new connections go
+    /// there).
+    pub fn move_server(&self, position: usize, private: SocketAddr) {
+        self.upstreams.lock().insert(position, private);
     }
 
     /// Sets the fault of link `from → to`.

@@ -13,7 +13,7 @@ use crate::run::Run;
 
 /// Clients per run and registers they share: enough overlap for reads to race
 /// writes on one register, few enough for 2 cores.
-const CLIENTS: usize = 4;
+const CLIENTS: usize = 8;
 const REGISTERS: usize = 3;
 
 /// How long a partition stays before the clients' requests and the probes may
@@ -165,12 +165,22 @@ async fn flapping_links_keep_the_history_linearizable() {
     run.finish().await;
 }
 
-/// Sends `change` to the members in turn until one takes it, within [`SETTLE`].
+/// Sends `change` to the leader most members know of (a member cut off from the
+/// others would only answer "no leader"), again until it goes through, within
+/// [`SETTLE`].
 async fn change_peer(run: &mut Run, change: &PeerChange) {
     let start = std::time::Instant::now();
     loop {
-        let target = run.members[run.rng.below(run.members.len())];
-        let leader = run.cluster.leader_seen_by(target).unwrap_or(target);
+        let mut seen: Vec<usize> = run
+            .members
+            .iter()
+            .filter_map(|&i| run.cluster.leader_seen_by(i))
+            .collect();
+        seen.sort_unstable();
+        let leader = seen
+            .chunk_by(|a, b| a == b)
+            .max_by_key(|c| c.len())
+            .map_or(run.members[0], |c| c[0]);
         let client = Client::new(&run.cluster.url(leader), None).expect("client");
         match client.change_peer(change).await {
             Ok(_) => return,
@@ -179,17 +189,50 @@ async fn change_peer(run: &mut Run, change: &PeerChange) {
                     start.elapsed() < SETTLE,
                     "{change:?} never went through: {e}"
                 );
-                eprintln!("nemesis {}: {change:?}: {e}; trying again", run.name);
+                eprintln!(
+                    "nemesis {}: {change:?}: {e}; trying again (leaders seen: {seen:?})",
+                    run.name
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     }
 }
 
+/// Runs `change` (see [`change_peer`]) and says how long it took and under what.
+async fn step(run: &mut Run, change: PeerChange, while_: &str) {
+    let start = std::time::Instant::now();
+    change_peer(run, &change).await;
+    eprintln!(
+        "nemesis {}: {change:?} done in {} ms {while_}",
+        run.name,
+        start.elapsed().as_millis()
+    );
+}
+
+/// The cluster's voters as the leader reports them, by position.
+async fn voters(run: &Run) -> Vec<usize> {
+    let l = leader(run).await;
+    let config = Client::new(&run.cluster.url(l), None)
+        .expect("client")
+        .raft_configuration()
+        .await
+        .expect("the configuration");
+    let mut v: Vec<usize> = config
+        .servers
+        .iter()
+        .filter(|s| s.voter)
+        .map(|s| s.id as usize - 1)
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_partitioned_during_membership_changes_under_load() {
     let mut run = Run::start("membership", 5, 3, CLIENTS, REGISTERS).await;
-    // A follower cut off while a fourth server is added and the follower removed.
+    // 1. A follower is cut off; a fourth server is added meanwhile, then the cut-off
+    //    follower removed while it cannot hear of it, and stopped.
     let l = leader(&run).await;
     let cut_off = run
         .members
@@ -201,68 +244,91 @@ async fn a_server_partitioned_during_membership_changes_under_load() {
     let others: Vec<usize> = (0..5).filter(|&i| i != cut_off).collect();
     run.cluster.proxy.between(&[cut_off], &others, fault);
     tokio::time::sleep(SETTLE_PARTITION).await;
-
-    // Server 4 joins (fresh, it waits to be added) with writes going on.
     run.cluster.start_agent(3, 4).await;
-    let add = PeerChange::Add {
-        id: 4,
-        address: run.cluster.public[3].to_string(),
-        wait: None,
-    };
-    change_peer(&mut run, &add).await;
-    run.members.push(3);
-    run.targets.lock().push(run.cluster.url(3));
-
-    // The cut-off follower is removed while it cannot hear of it, then stopped.
-    change_peer(
+    let address = run.cluster.public[3].to_string();
+    let why = format!("with server {} cut off ({fault:?})", cut_off + 1);
+    step(
         &mut run,
-        &PeerChange::Remove {
-            id: cut_off as u64 + 1,
+        PeerChange::Add {
+            id: 4,
+            address,
+            wait: None,
         },
+        &why,
     )
     .await;
+    run.members.push(3);
+    run.targets.lock().push(run.cluster.url(3));
+    let id = cut_off as u64 + 1;
+    step(&mut run, PeerChange::Remove { id }, &why).await;
     run.members.retain(|&i| i != cut_off);
     let url = run.cluster.url(cut_off);
     run.targets.lock().retain(|t| *t != url);
     run.cluster.stop_agent(cut_off).await;
     run.cluster.proxy.heal();
 
-    // Then the new server is cut off and healed again, and a fifth added and removed
-    // while the leader's links flap.
-    let members = run.members.clone();
-    let newest = 3;
-    let rest: Vec<usize> = members.iter().copied().filter(|&i| i != newest).collect();
-    run.cluster.proxy.between(&[newest], &rest, Fault::Drop);
+    // 2. A fifth server is added and the leader is cut off while the change is under
+    //    way: the change may fail with the leader; it is asked again (adding a server
+    //    that is there is nothing to do) until it is in place.
     run.cluster.start_agent(4, 5).await;
-    let add = PeerChange::Add {
+    let l = leader(&run).await;
+    let change = PeerChange::Add {
         id: 5,
         address: run.cluster.public[4].to_string(),
         wait: None,
     };
-    change_peer(&mut run, &add).await;
+    let url = run.cluster.url(l);
+    let in_flight = tokio::spawn({
+        let change = change.clone();
+        async move {
+            Client::new(&url, None)
+                .expect("client")
+                .change_peer(&change)
+                .await
+        }
+    });
+    tokio::time::sleep(
+        run.rng
+            .between(Duration::from_millis(0), Duration::from_millis(300)),
+    )
+    .await;
+    let rest: Vec<usize> = (0..5).filter(|&i| i != l).collect();
+    run.cluster.proxy.between(&[l], &rest, Fault::Drop);
+    let voting: Vec<usize> = run.members.iter().copied().filter(|&i| i != l).collect();
+    run.cluster.wait_leader_other_than(&voting, l).await;
+    tokio::time::sleep(SETTLE_PARTITION).await;
+    run.cluster.proxy.heal();
+    // The old leader learns of the new term and gives the change up (or it went
+    // through before the cut).
+    let first = in_flight.await.expect("the change's task");
+    eprintln!(
+        "nemesis membership: adding server 5 as leader {} was cut off: {first:?}",
+        l + 1
+    );
+    step(&mut run, change, "after the heal").await;
     run.members.push(4);
     run.targets.lock().push(run.cluster.url(4));
-    run.cluster.proxy.heal();
+
+    // 3. The leader's links flap (delays) while writes go on; then server 5 leaves.
     while run.time_left() {
         let l = leader(&run).await;
         let to = run.members[run.rng.below(run.members.len())];
         if to != l {
-            run.cluster.proxy.set(
-                l,
-                to,
-                Fault::Delay(
-                    run.rng
-                        .between(Duration::from_millis(10), Duration::from_millis(150)),
-                ),
-            );
+            let d = run
+                .rng
+                .between(Duration::from_millis(10), Duration::from_millis(150));
+            run.cluster.proxy.set(l, to, Fault::Delay(d));
         }
         tokio::time::sleep(Duration::from_millis(400)).await;
         run.cluster.proxy.heal();
     }
-    change_peer(&mut run, &PeerChange::Remove { id: 5 }).await;
+    step(&mut run, PeerChange::Remove { id: 5 }, "at the end").await;
     run.members.retain(|&i| i != 4);
     let url = run.cluster.url(4);
     run.targets.lock().retain(|t| *t != url);
+    let mut expected = run.members.clone();
+    expected.sort_unstable();
+    assert_eq!(voters(&run).await, expected, "the voters after the changes");
     run.finish().await;
 }
 
