@@ -12,6 +12,7 @@
 
 mod checker;
 mod cluster;
+mod deposed;
 mod proxied;
 mod proxy;
 mod run;

@@ -272,10 +272,12 @@ async fn a_server_partitioned_during_membership_changes_under_load() {
     //    that is there is nothing to do) until it is in place.
     run.cluster.start_agent(4, 5).await;
     let l = leader(&run).await;
+    // A short catch-up wait: a change caught in that step when the leader is cut off
+    // is held until the wait runs out, deposed or not (see `deposed.rs`, ignored).
     let change = PeerChange::Add {
         id: 5,
         address: run.cluster.public[4].to_string(),
-        wait: None,
+        wait: Some("5s".into()),
     };
     let url = run.cluster.url(l);
     let in_flight = tokio::spawn({

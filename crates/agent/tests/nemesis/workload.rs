@@ -28,7 +28,7 @@ use crate::checker::{Event, Op};
 /// (a write under the same key). Short, as a real client's would be, so that the
 /// clients keep making operations while a server holds requests; the probes are
 /// what wait out the agents' own bounds.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// How long a write is sent again under its key before it is left unknown.
 pub const WRITE_GIVE_UP: Duration = Duration::from_secs(20);
