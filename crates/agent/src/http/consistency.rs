@@ -102,10 +102,20 @@ async fn find_leader(st: &Service) -> Option<(u64, String)> {
     }
 }
 
-/// How long the leader may take to begin answering a proxied request to `uri`: a
-/// blocking read's wait (capped as the read caps it) plus its jitter, or a
-/// consistent read's confirmation, and a margin.
-fn head_deadline(st: &Service, uri: &axum::http::Uri) -> std::time::Duration {
+/// How long the leader may take to begin answering a proxied request: for a read, a
+/// blocking read's wait (capped as the read caps it) plus its jitter, or a consistent
+/// read's confirmation, and a margin. A membership change waits as long as it asked
+/// for its server to catch up, and a snapshot download's answer begins once the
+/// snapshot is being written: those keep the whole deadline.
+fn head_deadline(
+    st: &Service,
+    method: &axum::http::Method,
+    uri: &axum::http::Uri,
+    whole: std::time::Duration,
+) -> std::time::Duration {
+    if method != axum::http::Method::GET || uri.path() == "/v1/operator/snapshot" {
+        return whole;
+    }
     let p = super::query::parse(uri.query()).unwrap_or_default();
     let own = if p.index > 0 {
         let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
@@ -134,8 +144,8 @@ async fn leader_moves_from(st: &Service, id: u64) {
 
 /// Sends `req` to the leader (`leader` at `addr`) and relays its answer; gives up
 /// with 503 when the answer does not begin within [`head_deadline`] or this server
-/// stops taking `leader` for the leader meanwhile (the client may retry: what is
-/// proxied is a read or an operator call the leader refuses from a non-leader).
+/// stops taking `leader` for the leader meanwhile (a read may simply be retried; a
+/// membership change's outcome is then unknown).
 async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let path = parts
@@ -170,7 +180,7 @@ async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -> Response 
         &headers,
         body,
         PROXIED_ANSWER_BYTES,
-        head_deadline(st, &parts.uri),
+        head_deadline(st, &parts.method, &parts.uri, deadline),
         deadline,
     );
     let answer = tokio::select! {
@@ -179,7 +189,11 @@ async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -> Response 
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
-                format!("server {leader} at {addr} stopped leading while the request was proxied to it; retry"),
+                format!(
+                    "server {leader} at {addr} stopped leading while the request was proxied to it; \
+                     a read may be retried, a membership change's outcome is unknown (read the \
+                     configuration before retrying)"
+                ),
             )
             .into_response();
         }

@@ -82,3 +82,34 @@ async fn a_read_proxied_to_a_leader_that_never_answers_ends_at_the_head_deadline
     );
     c.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_membership_change_proxied_by_a_follower_is_given_the_wait_it_asked_for() {
+    // A server nobody can reach: the leader's learner never catches up, and the change
+    // waits the 11 s it asked for — beyond a read's 10 s — before it is refused.
+    let mut c = Cluster::start(4, 3).await;
+    c.start_agent(3, 4).await;
+    for i in 0..3 {
+        c.proxy.set(i, 3, Fault::Drop);
+    }
+    let l = c.wait_leader(&[0, 1, 2]).await;
+    let f = (l + 1) % 3;
+    let add = schedstate_agent::api::PeerChange::Add {
+        id: 4,
+        address: c.public[3].to_string(),
+        wait: Some("11s".into()),
+    };
+    let start = Instant::now();
+    let e = schedstate_agent::Client::new(&c.url(f), None)
+        .unwrap()
+        .change_peer(&add)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), Some("NotCaughtUp"), "{e}");
+    assert!(
+        start.elapsed() >= Duration::from_secs(11),
+        "{:?}",
+        start.elapsed()
+    );
+    c.shutdown().await;
+}
