@@ -28,8 +28,8 @@ const PROXIED_ANSWER_BYTES: usize = 4 << 30;
 /// proxied request may take: the leader's answer, a snapshot download.
 const PROXIED_MARGIN: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Beyond what the leader itself may take before it answers (a blocking read's
-/// wait, else [`CONFIRM_WAIT`]), how long its answer may take to *begin*: a leader
+/// Beyond what the leader itself may take before it answers ([`CONFIRM_WAIT`], and
+/// a blocking read's wait), how long its answer may take to *begin*: a leader
 /// that is cut off, paused or blackholed is given up on then, not after
 /// [`PROXIED_MARGIN`] (seen by the partition nemesis: a follower that could not
 /// reach the leader but still heard its heartbeats held consistent reads for
@@ -102,9 +102,9 @@ async fn find_leader(st: &Service) -> Option<(u64, String)> {
     }
 }
 
-/// How long the leader may take to begin answering a proxied request: for a read, a
-/// blocking read's wait (capped as the read caps it) plus its jitter, or a consistent
-/// read's confirmation, and a margin. A membership change waits as long as it asked
+/// How long the leader may take to begin answering a proxied request: for a read,
+/// its confirmation of the read ([`CONFIRM_WAIT`]), then a blocking read's wait
+/// (capped as the read caps it) plus its jitter, and a margin. A membership change waits as long as it asked
 /// for its server to catch up, and a snapshot download's answer begins once the
 /// snapshot is being written: those keep the whole deadline.
 fn head_deadline(
@@ -117,13 +117,13 @@ fn head_deadline(
         return whole;
     }
     let p = super::query::parse(uri.query()).unwrap_or_default();
-    let own = if p.index > 0 {
+    let blocking = if p.index > 0 {
         let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
         wait + wait / 16
     } else {
-        CONFIRM_WAIT
+        std::time::Duration::ZERO
     };
-    own + PROXIED_HEAD_MARGIN
+    CONFIRM_WAIT + blocking + PROXIED_HEAD_MARGIN
 }
 
 /// Resolves once this server no longer takes `id` for the leader (an election
