@@ -93,7 +93,7 @@ impl Server {
             _ => {}
         }
         let needed = self.join_as_learner(id, address).await?;
-        if !self.wait_caught_up(id, needed, catch_up).await {
+        if !self.wait_caught_up(id, needed, catch_up).await? {
             tracing::warn!(id, address, "the new server did not catch up; removing it");
             self.change(ChangeMembers::RemoveNodes(BTreeSet::from([id])))
                 .await?;
@@ -130,30 +130,46 @@ impl Server {
 
     /// Whether learner `id`, as this leader sees it, matched the log up to `index` and
     /// is within [`CATCH_UP_DISTANCE`] of the leader's last entry, within `within`.
-    pub(crate) async fn wait_caught_up(&self, id: NodeId, index: u64, within: Duration) -> bool {
+    ///
+    /// # Errors
+    /// [`ClusterError::NotLeader`] as soon as this server stops leading (deposed while
+    /// cut off, say): its view of the learner's progress means nothing any more, and
+    /// waiting out `within` would hold the caller for nothing.
+    pub(crate) async fn wait_caught_up(
+        &self,
+        id: NodeId,
+        index: u64,
+        within: Duration,
+    ) -> Result<bool, ClusterError> {
         let until = Instant::now() + within;
         let mut metrics = self.raft().metrics();
         loop {
-            let caught_up = {
+            let (caught_up, leader) = {
                 let m = metrics.borrow_and_update();
                 let last = m.last_log_index.unwrap_or(0);
-                m.replication
+                let caught_up = m
+                    .replication
                     .as_ref()
                     .and_then(|r| r.get(&id).copied().flatten())
                     .is_some_and(|matched| {
                         matched.index >= index
                             && last.saturating_sub(matched.index) <= CATCH_UP_DISTANCE
-                    })
+                    });
+                (caught_up, m.current_leader)
             };
             if caught_up {
-                return true;
+                return Ok(true);
+            }
+            if leader != Some(self.id()) {
+                let address = leader.and_then(|l| self.members().0.get(&l).cloned());
+                return Err(ClusterError::NotLeader { leader, address });
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                return Ok(false);
             }
             if tokio::time::timeout(left, metrics.changed()).await.is_err() {
-                return false;
+                return Ok(false);
             }
         }
     }

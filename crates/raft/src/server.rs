@@ -453,7 +453,7 @@ impl Server {
         let address = addr.into();
         let added = self.join_as_learner(id, &address).await?;
         let within = Duration::from_secs(60);
-        if self.wait_caught_up(id, added, within).await {
+        if self.wait_caught_up(id, added, within).await? {
             Ok(())
         } else {
             Err(ClusterError::NotCaughtUp {

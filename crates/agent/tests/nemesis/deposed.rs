@@ -40,11 +40,6 @@ async fn a_write_waiting_on_a_deposed_leader_is_answered_soon_after_the_heal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "raft membership.rs: add_server's catch-up wait (wait_caught_up) does not stop when \
-            this server stops leading, so an Add in flight on a leader that is cut off and deposed \
-            is answered only when the catch-up wait (30 s by default) runs out — ~29 s after the \
-            heal — with NotLeader; seen by the membership scenario (seed 1796388960912050525). \
-            Raft crate internals: reported, not fixed here"]
 async fn a_membership_change_waiting_on_a_deposed_leader_is_answered_soon_after_the_heal() {
     let mut c = Cluster::start(4, 3).await;
     c.start_agent(3, 4).await;

@@ -272,8 +272,8 @@ async fn a_server_partitioned_during_membership_changes_under_load() {
     //    that is there is nothing to do) until it is in place.
     run.cluster.start_agent(4, 5).await;
     let l = leader(&run).await;
-    // A short catch-up wait: a change caught in that step when the leader is cut off
-    // is held until the wait runs out, deposed or not (see `deposed.rs`, ignored).
+    // A short catch-up wait, so a change that fails with its leader fails fast (a
+    // deposed leader now answers NotLeader at once: see `deposed.rs`).
     let change = PeerChange::Add {
         id: 5,
         address: run.cluster.public[4].to_string(),
