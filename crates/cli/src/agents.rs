@@ -232,8 +232,9 @@ impl Agents {
     }
 }
 
+/// Asks `child` to stop (SIGTERM), without waiting for it.
 #[cfg(unix)]
-fn terminate(child: &Child) {
+pub(crate) fn terminate(child: &Child) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     if let Ok(pid) = i32::try_from(child.id()) {
@@ -242,7 +243,7 @@ fn terminate(child: &Child) {
 }
 
 #[cfg(not(unix))]
-fn terminate(_child: &Child) {}
+pub(crate) fn terminate(_child: &Child) {}
 
 impl Drop for Agents {
     fn drop(&mut self) {

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::DataDir;
 use crate::output::{
-    CliError, align_right, bytes, emit, emit_json, err, key_values, open_read, render, table,
-    thousands,
+    CliError, align_right, emit, emit_json, err, files_section, key_values, open_read, render,
+    table, thousands,
 };
 
 /// Arguments of `inspect`.
@@ -227,26 +227,11 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
     out.push_str("\nTables\n");
     out.push_str(&render(&t));
 
-    let mut f = table(["File", "Kind", "Size", "Format"]);
-    let mut total = 0;
-    for file in &files {
-        total += file.size;
-        f.add_row(vec![
-            file.name.clone(),
-            file.kind.describe().to_string(),
-            bytes(file.size),
-            file.version.map_or_else(|| "-".into(), |v| format!("v{v}")),
-        ]);
-    }
-    f.add_row(vec![
-        "total".to_string(),
-        String::new(),
-        bytes(total),
-        String::new(),
-    ]);
-    align_right(&mut f, &[2]);
-    out.push_str("\nFiles\n");
-    out.push_str(&render(&f));
+    out.push_str(&files_section(
+        files
+            .iter()
+            .map(|f| (f.name.as_str(), f.kind.describe(), f.size, f.version)),
+    ));
 
     if args.verify {
         // Print what was found first, so a failure comes with the context.

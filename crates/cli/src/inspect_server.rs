@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use crate::inspect::{InspectArgs, VerifyJson, verify, verify_json};
 use crate::output::{
-    CliError, align_right, bytes, emit, emit_json, key_values, render, table, thousands,
+    CliError, align_right, bytes, emit, emit_json, files_section, key_values, render, table,
+    thousands,
 };
 
 /// `inspect --json` of a server's directory: the fields every `inspect --json` has,
@@ -286,26 +287,10 @@ fn text(r: &ServerDirReport) -> String {
     out.push_str("\nLog Segments\n");
     out.push_str(&render(&t));
 
-    let mut f = table(["File", "Kind", "Size", "Format"]);
-    let mut total = 0;
-    for file in &r.files {
-        total += file.bytes;
-        f.add_row(vec![
-            file.name.clone(),
-            file.kind.to_string(),
-            bytes(file.bytes),
-            file.version.map_or_else(|| "-".into(), |v| format!("v{v}")),
-        ]);
-    }
-    f.add_row(vec![
-        "total".to_string(),
-        String::new(),
-        bytes(total),
-        String::new(),
-    ]);
-    align_right(&mut f, &[2]);
-    out.push_str("\nFiles\n");
-    out.push_str(&render(&f));
+    let kinds: Vec<String> = r.files.iter().map(|f| f.kind.to_string()).collect();
+    out.push_str(&files_section(r.files.iter().zip(&kinds).map(
+        |(f, kind)| (f.name.as_str(), kind.as_str(), f.bytes, f.version),
+    )));
     out
 }
 

@@ -164,6 +164,32 @@ pub fn render(t: &Table) -> String {
 }
 
 /// A `key = value` block with aligned `=` (an empty value shows as `-`).
+/// The "Files" section of `inspect`: one row per file (name, kind, size, format
+/// version) and their total.
+pub fn files_section<'a>(
+    files: impl IntoIterator<Item = (&'a str, &'a str, u64, Option<u32>)>,
+) -> String {
+    let mut f = table(["File", "Kind", "Size", "Format"]);
+    let mut total = 0;
+    for (name, kind, size, version) in files {
+        total += size;
+        f.add_row(vec![
+            name.to_string(),
+            kind.to_string(),
+            bytes(size),
+            version.map_or_else(|| "-".into(), |v| format!("v{v}")),
+        ]);
+    }
+    f.add_row(vec![
+        "total".to_string(),
+        String::new(),
+        bytes(total),
+        String::new(),
+    ]);
+    align_right(&mut f, &[2]);
+    format!("\nFiles\n{}", render(&f))
+}
+
 pub fn key_values(rows: &[(&str, String)]) -> String {
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     let mut out = String::new();

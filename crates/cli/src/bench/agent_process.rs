@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::agents::terminate;
 use crate::output::{CliError, err};
 
 /// How long an agent may take to print its address.
@@ -164,18 +165,6 @@ fn parse_rss_kib(status: &str) -> Option<u64> {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
 }
-
-#[cfg(unix)]
-fn terminate(child: &Child) {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    if let Ok(pid) = i32::try_from(child.id()) {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-    }
-}
-
-#[cfg(not(unix))]
-fn terminate(_child: &Child) {}
 
 #[cfg(test)]
 mod tests {
