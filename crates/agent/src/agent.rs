@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use hyper::Method;
-use schedstate_raft::{ApplyEvent, ApplyObserver, OpenError, Server};
+use schedstate_raft::{ApplyEvent, ApplyObserver, BoxFuture, OpenError, Server};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -82,7 +82,15 @@ impl Agent {
     /// # Errors
     /// [`AgentError`]: a bad configuration, the address in use, a damaged or locked
     /// data directory.
-    pub async fn start(mut config: AgentConfig) -> Result<Agent, AgentError> {
+    //
+    // Boxed here, not an `async fn`: an async body is compiled in the crate that polls
+    // it, so `Agent::start(..).await` in the CLI and in each test binary compiled the
+    // whole HTTP server and Raft stack there again. Behind the box it is compiled once.
+    pub fn start(config: AgentConfig) -> BoxFuture<'static, Result<Agent, AgentError>> {
+        Box::pin(Self::start_boxed(config))
+    }
+
+    async fn start_boxed(mut config: AgentConfig) -> Result<Agent, AgentError> {
         config.validate()?;
         let listener = TcpListener::bind(config.bind)
             .await

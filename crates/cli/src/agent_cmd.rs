@@ -73,21 +73,38 @@ pub struct AgentArgs {
     pub max_event_streams: usize,
 }
 
+/// Logging to stderr, filtered by `RUST_LOG` (`target=level` directives, as in
+/// `warn,schedstate_raft=debug`) or by the default below.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(
-            // openraft logs every failed heartbeat to a down peer as an error; the
-            // agent logs what matters (leader changes, snapshot installs, refusals).
-            // RUST_LOG=openraft=warn brings it back.
-            "warn,openraft=off,schedstate=info,schedstate_agent=info,schedstate_raft=info",
-        )
-    });
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    // openraft logs every failed heartbeat to a down peer as an error; the agent logs
+    // what matters (leader changes, snapshot installs, refusals). RUST_LOG=openraft=warn
+    // brings it back.
+    const DEFAULT: &str =
+        "warn,openraft=off,schedstate=info,schedstate_agent=info,schedstate_raft=info";
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.trim().is_empty() => match directives.parse::<Targets>() {
+            Ok(filter) => filter,
+            Err(e) => {
+                eprintln!(
+                    "warning: RUST_LOG={directives:?} ignored ({e}); logging with {DEFAULT:?}"
+                );
+                DEFAULT.parse().expect("the default log filter parses")
+            }
+        },
+        _ => DEFAULT.parse().expect("the default log filter parses"),
+    };
+    let format = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_target(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .compact()
+        .compact();
+    let _ = tracing_subscriber::registry()
+        .with(format)
+        .with(filter)
         .try_init();
 }
 

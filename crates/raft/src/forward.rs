@@ -64,7 +64,7 @@ pub(crate) async fn propose_or_forward(
             return server.propose_keyed(command, key).await;
         }
         let attempt = {
-            let forward = server.forwarder().forward(id, addr, command.clone(), key);
+            let forward = server.network().forward(id, addr, command.clone(), key);
             tokio::select! {
                 r = forward => match r {
                     Ok(answer) => Attempt::Answered(answer),

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::BasicNode;
@@ -102,8 +103,38 @@ pub trait Network: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Result<Committed, ProposeError>, RpcFailure>> + Send;
 }
 
-/// Forwarding without the network's type, for the server handle.
-pub(crate) trait Forwarder: Send + Sync + 'static {
+/// A [`Network`] without its type: what the server handle and openraft's adapter hold.
+///
+/// Why erase it: openraft's whole Raft core is generic over the network, and a generic
+/// is compiled again in every crate that names a concrete network (the agent, the
+/// CLI binary, each test binary). Behind this trait the core is compiled once, here,
+/// for one network type; each RPC pays one boxed future, next to a network round trip.
+pub(crate) trait ErasedNetwork: Send + Sync + 'static {
+    fn append_entries<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> BoxFuture<'a, RpcResult<AppendEntriesResponse<NodeId>>>;
+
+    fn vote<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        rpc: VoteRequest<NodeId>,
+    ) -> BoxFuture<'a, RpcResult<VoteResponse<NodeId>>>;
+
+    #[allow(clippy::type_complexity)]
+    fn install_snapshot<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> BoxFuture<
+        'a,
+        RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    >;
+
     fn forward<'a>(
         &'a self,
         target: NodeId,
@@ -113,7 +144,37 @@ pub(crate) trait Forwarder: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>>;
 }
 
-impl<N: Network> Forwarder for N {
+impl<N: Network> ErasedNetwork for N {
+    fn append_entries<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> BoxFuture<'a, RpcResult<AppendEntriesResponse<NodeId>>> {
+        Box::pin(Network::append_entries(self, target, addr, rpc))
+    }
+
+    fn vote<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        rpc: VoteRequest<NodeId>,
+    ) -> BoxFuture<'a, RpcResult<VoteResponse<NodeId>>> {
+        Box::pin(Network::vote(self, target, addr, rpc))
+    }
+
+    fn install_snapshot<'a>(
+        &'a self,
+        target: NodeId,
+        addr: &'a str,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> BoxFuture<
+        'a,
+        RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        Box::pin(Network::install_snapshot(self, target, addr, rpc))
+    }
+
     fn forward<'a>(
         &'a self,
         target: NodeId,
@@ -125,18 +186,18 @@ impl<N: Network> Forwarder for N {
     }
 }
 
-/// openraft's network factory over a [`Network`].
-pub(crate) struct Factory<N>(pub N);
+/// openraft's network factory over an erased [`Network`].
+pub(crate) struct Factory(pub Arc<dyn ErasedNetwork>);
 
-/// openraft's connection to one target over a [`Network`].
-pub(crate) struct Connection<N> {
-    net: N,
+/// openraft's connection to one target over an erased [`Network`].
+pub(crate) struct Connection {
+    net: Arc<dyn ErasedNetwork>,
     target: NodeId,
     addr: String,
 }
 
-impl<N: Network> RaftNetworkFactory<TypeConfig> for Factory<N> {
-    type Network = Connection<N>;
+impl RaftNetworkFactory<TypeConfig> for Factory {
+    type Network = Connection;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         Connection {
@@ -211,7 +272,7 @@ fn unreachable_backoff() -> Backoff {
     Backoff::new((0u32..).map(|i| Duration::from_millis((20u64 << i.min(4)).min(200))))
 }
 
-impl<N: Network> RaftNetwork<TypeConfig> for Connection<N> {
+impl RaftNetwork<TypeConfig> for Connection {
     fn backoff(&self) -> Backoff {
         unreachable_backoff()
     }

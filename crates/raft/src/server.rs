@@ -16,7 +16,7 @@ use crate::batcher::Batcher;
 use crate::error::{ClusterError, OpenError, ProposeError};
 use crate::inbound::{RpcRefused, ServerView};
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
-use crate::network::{Factory, Forwarder, Network};
+use crate::network::{BoxFuture, ErasedNetwork, Factory, Network};
 use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
 use crate::snapshot_receiver::{Received, SnapshotReceiver, check_snapshot};
@@ -109,7 +109,7 @@ struct Inner {
     applied: Arc<Mutex<Applied>>,
     /// The state machine's write keys.
     keys: Arc<Mutex<WriteKeys>>,
-    forwarder: Box<dyn Forwarder>,
+    network: Arc<dyn ErasedNetwork>,
     opened: LogOpenReport,
     log: LogStore,
     batcher: Batcher,
@@ -129,42 +129,56 @@ impl Server {
     /// # Errors
     /// [`OpenError`]: damage in the log, metadata or snapshot files (with the file and
     /// offset), a bad configuration.
-    pub async fn open<N: Network>(
+    pub fn open<N: Network>(
         id: NodeId,
         dir: &Path,
         options: ServerOptions,
         network: N,
-    ) -> Result<Server, OpenError> {
-        let max_snapshot_bytes = options.max_snapshot_bytes;
-        let (log, opened) = LogStore::open(dir, options.log)?;
-        let store = StateStore::new();
-        let applied = Arc::new(Mutex::new(Applied::default()));
-        let keys = Arc::new(Mutex::new(WriteKeys::default()));
-        let sm = StateMachine::open(
-            dir,
-            store.clone(),
-            applied.clone(),
-            keys.clone(),
-            options.on_apply,
-        )?;
-        let config = Arc::new(options.raft.validate()?);
-        let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
-        Ok(Server {
-            inner: Arc::new(Inner {
-                id,
-                dir: dir.to_path_buf(),
-                store,
-                applied,
-                keys,
-                forwarder: Box::new(network),
-                opened,
-                log,
-                batcher: Batcher::start(raft.clone()),
-                reads: ReadBarrier::default(),
-                receiver: Mutex::default(),
-                max_snapshot_bytes,
-                raft,
-            }),
+    ) -> BoxFuture<'static, Result<Server, OpenError>> {
+        Self::open_erased(id, dir.to_path_buf(), options, Arc::new(network))
+    }
+
+    /// [`Server::open`] once the network's type is erased. Not generic, and boxed
+    /// here, so openraft's core is compiled in this crate once rather than in every
+    /// crate that opens a server (see [`ErasedNetwork`]).
+    fn open_erased(
+        id: NodeId,
+        dir: PathBuf,
+        options: ServerOptions,
+        network: Arc<dyn ErasedNetwork>,
+    ) -> BoxFuture<'static, Result<Server, OpenError>> {
+        Box::pin(async move {
+            let max_snapshot_bytes = options.max_snapshot_bytes;
+            let (log, opened) = LogStore::open(&dir, options.log)?;
+            let store = StateStore::new();
+            let applied = Arc::new(Mutex::new(Applied::default()));
+            let keys = Arc::new(Mutex::new(WriteKeys::default()));
+            let sm = StateMachine::open(
+                &dir,
+                store.clone(),
+                applied.clone(),
+                keys.clone(),
+                options.on_apply,
+            )?;
+            let config = Arc::new(options.raft.validate()?);
+            let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
+            Ok(Server {
+                inner: Arc::new(Inner {
+                    id,
+                    dir,
+                    store,
+                    applied,
+                    keys,
+                    network,
+                    opened,
+                    log,
+                    batcher: Batcher::start(raft.clone()),
+                    reads: ReadBarrier::default(),
+                    receiver: Mutex::default(),
+                    max_snapshot_bytes,
+                    raft,
+                }),
+            })
         })
     }
 
@@ -312,8 +326,8 @@ impl Server {
     }
 
     /// How this server forwards proposals to the leader.
-    pub(crate) fn forwarder(&self) -> &dyn Forwarder {
-        &*self.inner.forwarder
+    pub(crate) fn network(&self) -> &dyn ErasedNetwork {
+        &*self.inner.network
     }
 
     /// The current leader as this server knows it, with its address.
