@@ -35,19 +35,22 @@ impl StateView<'_> {
         // table from left to right, each sharing most of its path with the one before.
         // Encoded string keys sort as the strings do (`Key`'s encoding preserves
         // order), so the ids are sorted as borrowed strings and each key is built on
-        // the stack only for its lookup.
-        let mut ids: Vec<&str> = plugin
+        // the stack only for its lookup. Sorted by their first eight bytes as an
+        // integer, then by the whole id: the same order, but ids (UUIDs) almost never
+        // share eight bytes, so the sort compares integers, not strings.
+        let mut ids: Vec<(u64, &str)> = plugin
             .controllers
             .iter()
             .chain(plugin.nodes.iter())
             .map(|(_, info)| &*info.alloc_id)
             .filter(|id| !id.is_empty())
+            .map(|id| (leading_u64(id), id))
             .collect();
         ids.sort_unstable();
-        ids.dedup();
+        ids.dedup_by(|a, b| a.1 == b.1);
         let mut index = plugin.modify_index;
         let mut stubs: Vec<AllocListStub> = Vec::with_capacity(ids.len());
-        for id in &ids {
+        for &(_, id) in &ids {
             let key = KeyBuilder::new().str(id);
             match self.view.get(self.t.allocs, key.as_bytes()) {
                 Some(a) => stubs.push(AllocListStub::new(a)),
@@ -153,4 +156,13 @@ impl StateView<'_> {
         }
         index
     }
+}
+
+/// The first eight bytes of `s` as a big-endian integer, zero padded: ordering these
+/// orders the strings by their first eight bytes.
+fn leading_u64(s: &str) -> u64 {
+    let mut head = [0u8; 8];
+    let n = s.len().min(8);
+    head[..n].copy_from_slice(&s.as_bytes()[..n]);
+    u64::from_be_bytes(head)
 }

@@ -149,6 +149,19 @@ impl<'a, V> Cursor<'a, V> {
         }
     }
 
+    /// One past the last entry of this cursor's leaf within the upper bound `hi`, if
+    /// the bound falls inside the leaf (some entry of it is beyond `hi`); `None` if
+    /// every entry of the leaf is within it, so later leaves may be too.
+    #[inline]
+    fn end_in_leaf(&self, hi: Bound<&[u8]>) -> Option<usize> {
+        let end = match hi {
+            Bound::Unbounded => return None,
+            Bound::Included(q) => self.leaf.keys.upper_bound(q),
+            Bound::Excluded(q) => self.leaf.keys.lower_bound(q),
+        };
+        (end < self.leaf.vals.len()).then_some(end)
+    }
+
     /// The last entry within the upper bound `hi`.
     fn last_until(root: &'a Node<V>, hi: Bound<&[u8]>) -> Option<Cursor<'a, V>> {
         // `at` gives one past the wanted entry.
@@ -211,6 +224,16 @@ impl<'a, V> Iter<'a, V> {
         };
         let back = match hi {
             Bound::Unbounded => None,
+            // Most bounded ranges (an index prefix: one node's allocations) end in the
+            // leaf they start in: the end is found there, without a second descent.
+            hi if let Some(end) = front.end_in_leaf(hi) => {
+                if end <= front.idx {
+                    return Iter::empty();
+                }
+                let mut b = front.clone();
+                b.idx = end - 1;
+                Some(b)
+            }
             hi => match Cursor::last_until(root, hi) {
                 Some(b) if front.entry().0 <= b.entry().0 => Some(b),
                 _ => return Iter::empty(),
