@@ -18,7 +18,6 @@ use crate::inbound::{RpcRefused, ServerView};
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{BoxFuture, ErasedNetwork, Factory, Network};
 use crate::observe::ApplyObserver;
-use crate::quorum::{self, QUORUM_LOST_AFTER};
 use crate::read_barrier::ReadBarrier;
 use crate::snapshot_receiver::{Received, SnapshotReceiver, check_snapshot};
 use crate::state_machine::{Applied, StateMachine};
@@ -265,20 +264,7 @@ impl Server {
         if let Some(answer) = self.known_outcome(key.as_ref()) {
             return answer;
         }
-        let raft = &self.inner.raft;
-        if quorum::lost(raft) {
-            return Err(ProposeError::NotLeader {
-                leader: None,
-                address: None,
-            });
-        }
-        tokio::select! {
-            answer = self.inner.batcher.propose(command, key) => answer,
-            () = quorum::loss(raft) => Err(ProposeError::Unavailable(format!(
-                "the leader heard from no quorum for {QUORUM_LOST_AFTER:?}; the write may \
-                 still commit if it reconnects (retry under the same write key)"
-            ))),
-        }
+        self.inner.batcher.propose(command, key).await
     }
 
     /// The answer for a write whose key this server's state machine already kept
@@ -411,11 +397,6 @@ impl Server {
     /// [`ClusterError::NotLeader`], or no quorum.
     pub async fn read_consistent(&self) -> Result<StateSnapshot, ClusterError> {
         let raft = &self.inner.raft;
-        if quorum::lost(raft) {
-            return Err(ClusterError::Unavailable(format!(
-                "the leader heard from no quorum for {QUORUM_LOST_AFTER:?}"
-            )));
-        }
         self.inner
             .reads
             .confirm(|| async {
