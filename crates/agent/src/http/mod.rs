@@ -5,6 +5,7 @@
 //! | file | what |
 //! |---|---|
 //! | `serve.rs` | the accept loop: connections per client and in all, header and idle timeouts |
+//! | `gets.rs`, `park.rs` | plain GETs served without hyper; a blocking read's wait parked on its connection |
 //! | `auth.rs` | layers: a stopped Raft and browsers from other sites (every API route); the ACL token and its scope (per group of routes) |
 //! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
 //! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
@@ -26,11 +27,13 @@ mod auth;
 mod body;
 mod consistency;
 mod error;
+mod gets;
 mod idempotency;
 mod jobs;
 mod listing;
 mod node_writes;
 mod operator;
+mod park;
 mod peers;
 pub(crate) mod query;
 mod raft_rpc;

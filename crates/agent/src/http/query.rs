@@ -50,6 +50,9 @@ pub struct Params {
     pub purge: bool,
     /// `enable` on a node drain (the form without a body).
     pub enable: Option<bool>,
+    /// Not a parameter: the request's connection can park a blocking read's wait
+    /// (`park.rs`).
+    pub park: Option<super::park::ParkOffer>,
 }
 
 /// The query parameters of a request, parsed; a handler that takes a `Checked` runs
@@ -61,7 +64,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Checked {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
-        parse(parts.uri.query()).map(Checked)
+        let mut p = parse(parts.uri.query())?;
+        p.park = parts.extensions.get::<super::park::ParkOffer>().copied();
+        Ok(Checked(p))
     }
 }
 

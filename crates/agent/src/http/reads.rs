@@ -12,17 +12,19 @@
 //! answer Nomad's list stubs, or whole objects with schedstate's `?full`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use schedstate::QueryOptions;
+use schedstate::{QueryOptions, WatchSet};
 use schedstate::model::CsiVolume;
 use schedstate::state::{StateView, Table};
 use serde::Serialize;
 
 use super::error::ApiError;
 use super::listing::Listing;
+use super::park::{ParkOffer, Parked, ParkedWait, Waiting};
 use super::query::{Checked, Params};
 use super::{AppState, json};
 use crate::api::nomad::{
@@ -32,55 +34,36 @@ use crate::api::nomad::{
 use crate::api::{NOMAD_NEXT_TOKEN_HEADER, redact};
 use crate::service::Service;
 
-/// A waiting blocking query: counted in the metrics and against the limit while it
-/// lives.
-struct Waiting<'a> {
-    st: &'a Service,
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl<'a> Waiting<'a> {
-    /// `Ok(None)` for a read that does not block.
-    fn new(st: &'a Service, blocking: bool) -> Result<Option<Waiting<'a>>, ApiError> {
-        if !blocking {
-            return Ok(None);
-        }
-        let permit = st
-            .gates
-            .blocking_query()
-            .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
-        st.metrics.blocking_waiting.inc();
-        Ok(Some(Waiting {
-            st,
-            _permit: permit,
-        }))
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.st.metrics.blocking_waiting.dec();
-    }
-}
-
 /// What a read found: the value (`None`: 404) and, for a page of a list, the token
 /// of the next page.
 type Found<T> = (u64, Option<T>, Option<String>);
 
 /// Runs `read` as a blocking query with the request's `index` and `wait`; `None`
-/// from it is a 404 of `missing`.
+/// from it is a 404 of `missing`. When the request's connection offers to park the
+/// wait (`park.rs`), one round: the answer, or a [`Parked`] mark to wait on.
 pub(super) async fn blocking<T: Serialize>(
-    st: &Service,
+    st: &AppState,
     p: &Params,
     missing: impl Fn() -> ApiError,
     mut read: impl FnMut(StateView<'_>) -> Found<T>,
 ) -> Response {
     let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
     let opts = QueryOptions::new(p.index, wait);
-    let _waiting = match Waiting::new(st, p.index > 0) {
-        Ok(w) => w,
-        Err(e) => return e.into_response(),
+    let waiting = if p.index > 0 {
+        match Waiting::new(st) {
+            Ok(w) => Some(w),
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        None
     };
+    let waiting = match (p.park, waiting) {
+        (Some(offer), Some(waiting)) => {
+            return park_round(st, p, opts, offer, waiting, missing, read);
+        }
+        (_, waiting) => waiting,
+    };
+    let _waiting = waiting;
     let mut stopping = st.stopping.clone();
     let mut next_token = None;
     let answered = {
@@ -116,6 +99,52 @@ pub(super) async fn blocking<T: Serialize>(
             (at_least_one(&snapshot.view(), index), value)
         }
     };
+    answer(st, p, index, value, next_token, missing)
+}
+
+/// One round of a parked blocking read: it reads with a watch set; answered (or its
+/// wait over, or the agent stopping), the answer; otherwise a [`Parked`] mark with
+/// the watch set, the deadline and `waiting`. The value read is dropped either way
+/// before the mark is made: a parked read keeps no rows.
+fn park_round<T: Serialize>(
+    st: &AppState,
+    p: &Params,
+    opts: QueryOptions,
+    offer: ParkOffer,
+    waiting: Waiting,
+    missing: impl Fn() -> ApiError,
+    mut read: impl FnMut(StateView<'_>) -> Found<T>,
+) -> Response {
+    let deadline = offer
+        .deadline
+        .unwrap_or_else(|| Instant::now() + opts.effective_wait());
+    let watch = WatchSet::new();
+    let snapshot = st.server.reader().snapshot();
+    let (index, value, next) = read(snapshot.watched(&watch));
+    let index = at_least_one(&snapshot.view(), index);
+    drop(snapshot);
+    if opts.is_answered_by(index) || Instant::now() >= deadline || *st.stopping.borrow() {
+        drop(waiting);
+        return answer(st, p, index, value, next, missing);
+    }
+    drop(value);
+    Parked::response(ParkedWait {
+        watch,
+        deadline,
+        _waiting: waiting,
+    })
+}
+
+/// The answer to a read: the value as JSON with its index, or `missing` (a 404)
+/// with the index of the absence.
+fn answer<T: Serialize>(
+    st: &Service,
+    p: &Params,
+    index: u64,
+    value: Option<T>,
+    next_token: Option<String>,
+    missing: impl Fn() -> ApiError,
+) -> Response {
     match value {
         Some(value) => {
             let mut resp = json(st, StatusCode::OK, index, &value, p.pretty);

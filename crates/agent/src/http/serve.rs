@@ -45,6 +45,7 @@ pub(crate) async fn serve(
         .header_read_timeout(st.limits.header_read_timeout)
         .max_buf_size(MAX_HEAD_BYTES.max(8192))
         .keep_alive(true);
+    let http = Arc::new(http);
     let mut conns = JoinSet::new();
     loop {
         while conns.try_join_next().is_some() {}
@@ -100,7 +101,7 @@ pub(crate) struct Connection {
 /// largest part of a blocked client's cost; now its task holds a pointer, and the box
 /// only the hyper connection it serves (about 1 KiB).
 fn serve_one(
-    http: &http1::Builder,
+    http: &Arc<http1::Builder>,
     stream: TcpStream,
     peer: SocketAddr,
     app: Router,
@@ -113,7 +114,15 @@ fn serve_one(
             let conn = Connection {
                 role: PeerRole::Anonymous,
             };
-            Box::pin(drive(http, TokioIo::new(stream), peer, app, conn, stopping))
+            Box::pin(serve_conn(
+                http.clone(),
+                stream,
+                peer,
+                app,
+                conn,
+                stopping,
+                st.limits.header_read_timeout,
+            ))
         }
         Some(tls) => Box::pin(serve_tls(
             http.clone(),
@@ -129,7 +138,7 @@ fn serve_one(
 
 /// The TLS handshake, then HTTP/1 over it.
 async fn serve_tls(
-    http: http1::Builder,
+    http: Arc<http1::Builder>,
     tls: crate::tls::Tls,
     stream: TcpStream,
     peer: SocketAddr,
@@ -160,15 +169,38 @@ async fn serve_tls(
     };
     let role = tls.peer_role(stream.get_ref().1.peer_certificates());
     let conn = Connection { role };
-    Box::pin(drive(
-        &http,
-        TokioIo::new(stream),
-        peer,
-        app,
-        conn,
-        stopping,
-    ))
-    .await;
+    let head_timeout = st.limits.header_read_timeout;
+    drop(st);
+    serve_conn(http, stream, peer, app, conn, stopping, head_timeout).await;
+}
+
+/// Serves one connection: its plain GETs ourselves (`gets.rs`: a blocked client
+/// holds no hyper buffers), then — from the first request that is anything else —
+/// hyper, in a box of its own made only then.
+async fn serve_conn<IO>(
+    http: Arc<http1::Builder>,
+    io: IO,
+    peer: SocketAddr,
+    app: Router,
+    conn_info: Connection,
+    mut stopping: watch::Receiver<bool>,
+    head_timeout: Duration,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let rest =
+        super::gets::serve_gets(io, &app, conn_info, &mut stopping, head_timeout).await;
+    if let Some(rest) = rest {
+        Box::pin(drive(
+            &http,
+            TokioIo::new(rest),
+            peer,
+            app,
+            conn_info,
+            stopping,
+        ))
+        .await;
+    }
 }
 
 /// Serves HTTP/1 on one connection until it ends or the agent stops. The hyper

@@ -1,0 +1,85 @@
+//! Parking a blocking query outside its request. A blocked client costs what its wait
+//! holds; inside hyper and the router that was the connection's two 8 KiB buffers and
+//! every layer's future (issue 25: 19.9 KiB per client). A connection served by
+//! `gets.rs` offers to park ([`ParkOffer`] in the request): a blocking read that is not
+//! answered yet then answers at once with a [`Parked`] mark holding only its watch
+//! set, its deadline and its place under the limit; the connection waits on that, with
+//! no request, router or buffer alive, and asks again (with the same deadline) when
+//! something the read watched changed or the wait ran out. Every round is a whole
+//! request through the router — auth, consistency, limits — so parking changes what a
+//! wait holds, never what it answers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+use schedstate::WatchSet;
+
+use super::error::ApiError;
+use crate::service::Service;
+
+/// In a request's extensions: its connection can hold the wait itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParkOffer {
+    /// When the query's wait runs out: `None` in its first round (the read sets it
+    /// from `wait`), then the first round's deadline.
+    pub deadline: Option<Instant>,
+}
+
+/// In a response's extensions: the read is not answered yet; wait on it, then send
+/// the request again with [`ParkOffer::deadline`] set to its deadline. Taken once.
+#[derive(Clone)]
+pub(crate) struct Parked(Arc<Mutex<Option<ParkedWait>>>);
+
+impl Parked {
+    /// An answer that parks `wait`: no body; the connection never sends it.
+    pub(crate) fn response(wait: ParkedWait) -> Response {
+        let mut resp = StatusCode::ACCEPTED.into_response();
+        resp.extensions_mut()
+            .insert(Parked(Arc::new(Mutex::new(Some(wait)))));
+        resp
+    }
+
+    /// The wait, if `resp` parks one.
+    pub(crate) fn take(resp: &Response) -> Option<ParkedWait> {
+        resp.extensions().get::<Parked>()?.0.lock().take()
+    }
+}
+
+/// What a parked read holds: the reads it watches, its deadline, and its place under
+/// the limit of blocking queries (and in the metrics) until it is dropped.
+pub(crate) struct ParkedWait {
+    pub watch: WatchSet,
+    pub deadline: Instant,
+    pub _waiting: Waiting,
+}
+
+/// A waiting blocking query: counted in the metrics and against the limit while it
+/// lives (parked or inside its request).
+pub(crate) struct Waiting {
+    st: Arc<Service>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Waiting {
+    /// A place under the limit, or the `429` that says there is none.
+    pub(crate) fn new(st: &Arc<Service>) -> Result<Waiting, ApiError> {
+        let permit = st
+            .gates
+            .blocking_query()
+            .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
+        st.metrics.blocking_waiting.inc();
+        Ok(Waiting {
+            st: st.clone(),
+            _permit: permit,
+        })
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.st.metrics.blocking_waiting.dec();
+    }
+}
