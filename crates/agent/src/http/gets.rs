@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use super::park::{ParkOffer, Parked};
+use super::park::{ParkOffer, Parked, Place};
 use super::serve::Connection;
 
 /// The longest head served here (Nomad's clients send a few hundred bytes); a longer
@@ -151,14 +151,14 @@ impl PlainGet {
     }
 
     /// The request of one round.
-    fn request(&self, conn: Connection, offer: ParkOffer) -> Option<Request> {
+    fn request(&self, conn: Connection, offer: &ParkOffer) -> Option<Request> {
         let (uri, headers) = parse(&self.head)?;
         let mut req = Request::new(Body::empty());
         *req.uri_mut() = uri;
         *req.headers_mut() = headers;
         *req.version_mut() = Version::HTTP_11;
         req.extensions_mut().insert(conn);
-        req.extensions_mut().insert(offer);
+        req.extensions_mut().insert(offer.clone());
         Some(req)
     }
 }
@@ -201,7 +201,7 @@ where
 {
     let mut offer = ParkOffer::default();
     loop {
-        let Some(req) = get.request(conn, offer) else {
+        let Some(req) = get.request(conn, &offer) else {
             return false;
         };
         let resp = tokio::select! {
@@ -222,8 +222,10 @@ where
             _ = stopping.wait_for(|s| *s) => Instant::now(),
             () = client_gone(io, carry) => return false,
         };
-        drop(parked);
-        offer.deadline = Some(deadline);
+        offer = ParkOffer {
+            deadline: Some(deadline),
+            place: Some(Place::new(parked.waiting)),
+        };
     }
 }
 

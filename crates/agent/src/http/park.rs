@@ -21,11 +21,49 @@ use super::error::ApiError;
 use crate::service::Service;
 
 /// In a request's extensions: its connection can hold the wait itself.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ParkOffer {
     /// When the query's wait runs out: `None` in its first round (the read sets it
     /// from `wait`), then the first round's deadline.
     pub deadline: Option<Instant>,
+    /// From the second round on: the query's place under the limit, kept from the
+    /// round before — a query that waits is never refused halfway for a place it held.
+    pub place: Option<Place>,
+}
+
+impl PartialEq for ParkOffer {
+    fn eq(&self, other: &Self) -> bool {
+        self.deadline == other.deadline && self.place.is_some() == other.place.is_some()
+    }
+}
+
+impl Eq for ParkOffer {}
+
+/// A query's place under the limit, handed from one round to the next (taken once).
+#[derive(Clone)]
+pub struct Place(Arc<Mutex<Option<Waiting>>>);
+
+impl std::fmt::Debug for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Place")
+    }
+}
+
+impl Place {
+    pub(crate) fn new(waiting: Waiting) -> Place {
+        Place(Arc::new(Mutex::new(Some(waiting))))
+    }
+
+    /// The place, or a new one (or the `429` that says there is none).
+    pub(crate) fn take_or_new(
+        place: Option<&Place>,
+        st: &Arc<Service>,
+    ) -> Result<Waiting, ApiError> {
+        match place.and_then(|p| p.0.lock().take()) {
+            Some(w) => Ok(w),
+            None => Waiting::new(st),
+        }
+    }
 }
 
 /// In a response's extensions: the read is not answered yet; wait on it, then send
@@ -53,7 +91,8 @@ impl Parked {
 pub(crate) struct ParkedWait {
     pub watch: WatchSet,
     pub deadline: Instant,
-    pub _waiting: Waiting,
+    /// Handed to the next round ([`ParkOffer::place`]).
+    pub waiting: Waiting,
 }
 
 /// A waiting blocking query: counted in the metrics and against the limit while it

@@ -65,7 +65,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Checked {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let mut p = parse(parts.uri.query())?;
-        p.park = parts.extensions.get::<super::park::ParkOffer>().copied();
+        p.park = parts.extensions.get::<super::park::ParkOffer>().cloned();
         Ok(Checked(p))
     }
 }

@@ -17,14 +17,14 @@ use std::time::Instant;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use schedstate::{QueryOptions, WatchSet};
 use schedstate::model::CsiVolume;
 use schedstate::state::{StateView, Table};
+use schedstate::{QueryOptions, WatchSet};
 use serde::Serialize;
 
 use super::error::ApiError;
 use super::listing::Listing;
-use super::park::{ParkOffer, Parked, ParkedWait, Waiting};
+use super::park::{Parked, ParkedWait, Place, Waiting};
 use super::query::{Checked, Params};
 use super::{AppState, json};
 use crate::api::nomad::{
@@ -49,17 +49,18 @@ pub(super) async fn blocking<T: Serialize>(
 ) -> Response {
     let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
     let opts = QueryOptions::new(p.index, wait);
+    let place = p.park.as_ref().and_then(|o| o.place.as_ref());
     let waiting = if p.index > 0 {
-        match Waiting::new(st) {
+        match Place::take_or_new(place, st) {
             Ok(w) => Some(w),
             Err(e) => return e.into_response(),
         }
     } else {
         None
     };
-    let waiting = match (p.park, waiting) {
+    let waiting = match (&p.park, waiting) {
         (Some(offer), Some(waiting)) => {
-            return park_round(st, p, opts, offer, waiting, missing, read);
+            return park_round(st, p, opts, offer.deadline, waiting, missing, read);
         }
         (_, waiting) => waiting,
     };
@@ -110,14 +111,12 @@ fn park_round<T: Serialize>(
     st: &AppState,
     p: &Params,
     opts: QueryOptions,
-    offer: ParkOffer,
+    deadline: Option<Instant>,
     waiting: Waiting,
     missing: impl Fn() -> ApiError,
     mut read: impl FnMut(StateView<'_>) -> Found<T>,
 ) -> Response {
-    let deadline = offer
-        .deadline
-        .unwrap_or_else(|| Instant::now() + opts.effective_wait());
+    let deadline = deadline.unwrap_or_else(|| Instant::now() + opts.effective_wait());
     let watch = WatchSet::new();
     let snapshot = st.server.reader().snapshot();
     let (index, value, next) = read(snapshot.watched(&watch));
@@ -131,7 +130,7 @@ fn park_round<T: Serialize>(
     Parked::response(ParkedWait {
         watch,
         deadline,
-        _waiting: waiting,
+        waiting,
     })
 }
 

@@ -188,8 +188,7 @@ async fn serve_conn<IO>(
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let rest =
-        super::gets::serve_gets(io, &app, conn_info, &mut stopping, head_timeout).await;
+    let rest = super::gets::serve_gets(io, &app, conn_info, &mut stopping, head_timeout).await;
     if let Some(rest) = rest {
         Box::pin(drive(
             &http,

@@ -8,6 +8,7 @@ mod hostile;
 mod idempotency;
 mod jobs;
 mod nomad;
+mod parked;
 mod peers;
 mod support;
 mod tls;
