@@ -48,6 +48,9 @@ pub struct Metrics {
     log_fsyncs: Counter,
     log_bytes: Gauge,
     log_held_entries: Gauge,
+    snapshot_bytes: Gauge,
+    snapshot_index: Gauge,
+    snapshot_build_seconds: Gauge<f64, AtomicU64>,
     last_applied: Gauge,
     write_keys: Gauge,
     term: Gauge,
@@ -77,6 +80,9 @@ impl Metrics {
             log_fsyncs: Counter::default(),
             log_bytes: Gauge::default(),
             log_held_entries: Gauge::default(),
+            snapshot_bytes: Gauge::default(),
+            snapshot_index: Gauge::default(),
+            snapshot_build_seconds: Gauge::default(),
             last_applied: Gauge::default(),
             write_keys: Gauge::default(),
             term: Gauge::default(),
@@ -170,6 +176,21 @@ impl Metrics {
             m.log_held_entries.clone(),
         );
         r.register(
+            "snapshot_bytes",
+            "Bytes of the newest Raft snapshot on disk (built here or installed from a leader)",
+            m.snapshot_bytes.clone(),
+        );
+        r.register(
+            "snapshot_index",
+            "The last log index the newest Raft snapshot on disk holds",
+            m.snapshot_index.clone(),
+        );
+        r.register(
+            "snapshot_build_seconds",
+            "How long this server took to build (encode and write) its last snapshot",
+            m.snapshot_build_seconds.clone(),
+        );
+        r.register(
             "last_applied_index",
             "The last log index applied to the store",
             m.last_applied.clone(),
@@ -195,6 +216,12 @@ impl Metrics {
         catch_up(&self.log_entries, stats.entries);
         catch_up(&self.log_fsyncs, stats.fsyncs);
         self.log_bytes.set(log_bytes(server.dir()));
+        let (index, bytes) = newest_snapshot(server.dir());
+        self.snapshot_index.set(gauge(index));
+        self.snapshot_bytes.set(gauge(bytes));
+        if let Some(built) = server.last_snapshot_built() {
+            self.snapshot_build_seconds.set(built.took.as_secs_f64());
+        }
         let m = server.raft().metrics().borrow().clone();
         let last = m.last_log_index.unwrap_or(0);
         let purged = m.purged.map_or(0, |p| p.index + 1);
@@ -228,6 +255,28 @@ fn catch_up(counter: &Counter<u64, AtomicU64>, now: u64) {
     if now > have {
         counter.inc_by(now - have);
     }
+}
+
+/// The index and size of the newest snapshot file (`snap-<index>.rsnap`) in `dir`;
+/// zeros without one.
+fn newest_snapshot(dir: &Path) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name();
+            let index = name
+                .to_str()?
+                .strip_prefix("snap-")?
+                .strip_suffix(".rsnap")?
+                .parse::<u64>()
+                .ok()?;
+            Some((index, e.metadata().ok()?.len()))
+        })
+        .max()
+        .unwrap_or((0, 0))
 }
 
 /// The size of the Raft log segments (`raft-<seq>.log`) in `dir`.

@@ -109,6 +109,7 @@ pub use log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 pub use membership::{CATCH_UP_DISTANCE, MEMBERSHIP_STEP_DEADLINE};
 pub use network::{BoxFuture, Network, RpcFailure, RpcResult};
 pub use observe::{ApplyEvent, ApplyObserver};
+pub use state_machine::SnapshotBuilt;
 pub use router::{Router, RouterNetwork};
 pub use server::{Committed, Server, ServerOptions};
 pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};

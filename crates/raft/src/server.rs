@@ -437,6 +437,11 @@ impl Server {
         self.inner.applied.lock().installs
     }
 
+    /// The last snapshot this server built since it started (`None`: none yet).
+    pub fn last_snapshot_built(&self) -> Option<crate::SnapshotBuilt> {
+        self.inner.applied.lock().last_built
+    }
+
     /// Waits until this server applied `index` (read-your-writes on a follower).
     ///
     /// # Errors

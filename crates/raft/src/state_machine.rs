@@ -84,6 +84,20 @@ pub(crate) struct Applied {
     pub membership: StoredMembership<NodeId, BasicNode>,
     /// Snapshots installed from a leader since the server started.
     pub installs: u64,
+    /// The last snapshot this server built, since it started.
+    pub last_built: Option<SnapshotBuilt>,
+}
+
+/// A snapshot a server built: where it ends, its size, and how long encoding and
+/// writing it took (off the apply path; what an operator watches as the state grows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotBuilt {
+    /// The last log index it holds.
+    pub index: u64,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// Encoding it and writing it durably.
+    pub took: std::time::Duration,
 }
 
 /// The state machine of one server.
@@ -175,10 +189,13 @@ pub(crate) struct SnapshotBuilder {
     membership: StoredMembership<NodeId, BasicNode>,
     dir: PathBuf,
     id: String,
+    /// Where the build is recorded ([`Applied::last_built`]).
+    applied: Arc<Mutex<Applied>>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let started = Instant::now();
         let meta = SnapshotMeta {
             last_log_id: self.last,
             last_membership: self.membership.clone(),
@@ -186,6 +203,18 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let bytes = snapshot_file::encode(&meta, &self.keys, &self.snap).map_err(snap_err)?;
         StateMachine::keep_snapshot(&self.dir, &meta, &bytes).map_err(snap_err)?;
+        let built = SnapshotBuilt {
+            index: meta.last_log_id.map_or(0, |l| l.index),
+            bytes: bytes.len() as u64,
+            took: started.elapsed(),
+        };
+        tracing::info!(
+            index = built.index,
+            bytes = built.bytes,
+            took_ms = built.took.as_millis() as u64,
+            "built a snapshot"
+        );
+        self.applied.lock().last_built = Some(built);
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -407,6 +436,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             membership: a.membership.clone(),
             dir: self.dir.clone(),
             id: format!("{}-{}", a.last.map_or(0, |l| l.index), self.built),
+            applied: self.applied.clone(),
         }
     }
 

@@ -120,6 +120,8 @@ const ROOT: &str = "root-secret-of-the-http-bench";
 pub struct Cluster {
     pub root: tempfile::TempDir,
     security: Security,
+    bin: PathBuf,
+    peers: String,
     procs: Vec<Child>,
     pub addrs: Vec<String>,
     logs: Vec<PathBuf>,
@@ -140,10 +142,11 @@ impl Cluster {
             .enumerate()
             .map(|(i, a)| format!("{}={a}", i + 1))
             .collect();
-        let peers = peers.join(",");
         let mut c = Cluster {
             root,
             security,
+            bin: bin.to_path_buf(),
+            peers: peers.join(","),
             procs: Vec::new(),
             addrs: addrs.clone(),
             logs: Vec::new(),
@@ -161,56 +164,89 @@ impl Cluster {
             }
         }
         c.clients = c.make_clients(None);
-        let key = c.root.path().join("cluster.key");
-        schedstate_agent::ClusterKey::write_new(&key).expect("cluster key");
-        for (i, addr) in addrs.iter().enumerate() {
-            let data = c.root.path().join(format!("agent{}", i + 1));
+        schedstate_agent::ClusterKey::write_new(&c.root.path().join("cluster.key"))
+            .expect("cluster key");
+        for i in 0..addrs.len() {
             let log = c.root.path().join(format!("agent{}.log", i + 1));
-            let file = File::create(&log).expect("log file");
-            let mut cmd = std::process::Command::new(bin);
-            cmd.arg("agent")
-                .args(["--id", &(i + 1).to_string()])
-                .args(["--bind", addr])
-                .arg("--data")
-                .arg(&data)
-                .args(["--peers", &peers])
-                .arg("--cluster-key-file")
-                .arg(&key)
-                .env_remove("SCHEDSTATE_TOKEN")
-                .stdin(Stdio::null())
-                .stdout(file.try_clone().expect("log file"))
-                .stderr(file);
-            match security {
-                Security::Dev => {
-                    cmd.arg("--dev");
-                }
-                Security::Acl => {}
-                Security::Tls => {
-                    let d = c.root.path();
-                    cmd.arg("--tls-cert")
-                        .arg(d.join(format!("server-{i}.pem")))
-                        .arg("--tls-key")
-                        .arg(d.join(format!("server-{i}-key.pem")))
-                        .arg("--tls-ca")
-                        .arg(d.join("ca.pem"));
-                }
-            }
-            // SAFETY: the closure runs in the child between fork and exec and calls
-            // only prctl, which is async-signal-safe; it allocates nothing.
-            unsafe {
-                cmd.pre_exec(|| {
-                    // The agent dies with this process, even on SIGKILL of this one.
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-            let child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+            let child = c.spawn_agent(i, &log);
             c.procs.push(child);
             c.logs.push(log);
         }
         c
+    }
+
+    /// Agent `i`'s data directory.
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.root.path().join(format!("agent{}", i + 1))
+    }
+
+    /// Starts agent `i` on its directory, appending to its log.
+    fn spawn_agent(&self, i: usize, log: &Path) -> Child {
+        let file = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let mut cmd = std::process::Command::new(&self.bin);
+        cmd.arg("agent")
+            .args(["--id", &(i + 1).to_string()])
+            .args(["--bind", &self.addrs[i]])
+            .arg("--data")
+            .arg(self.data_dir(i))
+            .args(["--peers", &self.peers])
+            .arg("--cluster-key-file")
+            .arg(self.root.path().join("cluster.key"))
+            .env_remove("SCHEDSTATE_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file);
+        match self.security {
+            Security::Dev => {
+                cmd.arg("--dev");
+            }
+            Security::Acl => {}
+            Security::Tls => {
+                let d = self.root.path();
+                cmd.arg("--tls-cert")
+                    .arg(d.join(format!("server-{i}.pem")))
+                    .arg("--tls-key")
+                    .arg(d.join(format!("server-{i}-key.pem")))
+                    .arg("--tls-ca")
+                    .arg(d.join("ca.pem"));
+            }
+        }
+        // SAFETY: the closure runs in the child between fork and exec and calls
+        // only prctl, which is async-signal-safe; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                // The agent dies with this process, even on SIGKILL of this one.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.bin.display()))
+    }
+
+    /// Stops agent `i`: SIGTERM and a wait for it to exit (`kill`: SIGKILL, as a
+    /// crash).
+    pub fn stop(&mut self, i: usize, kill: bool) {
+        let p = &mut self.procs[i];
+        if kill {
+            let _ = p.kill();
+        } else {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(p.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+        let _ = p.wait();
+    }
+
+    /// Starts agent `i` again (after [`stop`](Self::stop)), on the same directory.
+    pub fn restart(&mut self, i: usize) {
+        let child = self.spawn_agent(i, &self.logs[i].clone());
+        self.procs[i] = child;
     }
 
     /// Clients of the three agents, with `token`.

@@ -8,6 +8,7 @@
 //!     [-clients 1,16,64] [-secs 5] [-warmup 0.5] [-write allocs|nodes]
 //!     [-waiters 10000] [-waiters-stale] [-rate 200] [-waiter-secs 10]
 //!     [-nodes 10000] [-allocs-per-node 4] [-batch 100] [-seed 42] [-bin PATH]
+//!     [-durability] [-probe 2000]
 //! ```
 //!
 //! Phases:
@@ -36,6 +37,12 @@
 //!    `/v1/metrics` (asserted ≥ the waiters opened, less 1 %), and each agent's
 //!    VmRSS/VmHWM before the waiters, with them open, after the writes and after they
 //!    closed.
+//! 5. **durability** (`-durability`): at the preloaded size, point-read and node-write
+//!    latency one at a time (`-probe` each), then writes until every agent built a
+//!    snapshot and purged its log (snapshot size, build time, log before and after,
+//!    the largest data directory against the snapshot), a follower restarted, and the
+//!    other wiped and started empty (time to serve and to catch up). See
+//!    `durability.rs`.
 //!
 //! File descriptors: every waiter holds one connection, so this process and the
 //! agent(s) serving the waiters need more than `-waiters` descriptors. The soft limit
@@ -60,6 +67,7 @@ mod dataset;
 mod splitmix;
 
 mod cluster;
+mod durability;
 mod preload;
 mod report;
 mod system;
@@ -100,12 +108,17 @@ struct Flags {
     json: bool,
     quick: bool,
     security: Security,
+    /// Run the durability phase (`durability.rs`).
+    durability: bool,
+    /// Requests of each kind in the durability phase's latency probe.
+    probe: usize,
 }
 
 fn usage() -> &'static str {
     "flags: -quick -json -bin PATH -nodes N -allocs-per-node N -batch N -seed N \
      -clients 1,16,64 (0: no write phase) -secs S -warmup S -write allocs|nodes \
      -waiters N (0: no waiter phase) -waiters-stale -rate W -waiter-secs S \
+     -durability (snapshot, compaction, restart, wiped follower) -probe N \
      -security tls|acl|dev (default tls: TLS, cluster key and ACL, as deployed)"
 }
 
@@ -133,6 +146,8 @@ fn parse_flags() -> Flags {
         json: false,
         quick,
         security: Security::Tls,
+        durability: false,
+        probe: 2_000,
     };
     if quick {
         // A smaller dataset and shorter phases; flags still override these.
@@ -177,6 +192,7 @@ fn parse_flags() -> Flags {
             "waiters" => f.waiters = value.parse().unwrap_or_else(|_| bad("N")),
             "rate" => f.rate = value.parse().unwrap_or_else(|_| bad("WRITES_PER_S")),
             "waiter-secs" => f.waiter_secs = value.parse().unwrap_or_else(|_| bad("SECONDS")),
+            "probe" => f.probe = value.parse().unwrap_or_else(|_| bad("N")),
             "security" => {
                 f.security = match value.as_str() {
                     "tls" => Security::Tls,
@@ -185,10 +201,11 @@ fn parse_flags() -> Flags {
                     _ => bad("tls|acl|dev"),
                 }
             }
-            "waiters-stale" | "json" | "quick" | "h" | "help" => {
+            "waiters-stale" | "durability" | "json" | "quick" | "h" | "help" => {
                 took = false;
                 match name {
                     "waiters-stale" => f.waiters_stale = true,
+                    "durability" => f.durability = true,
                     "json" => f.json = true,
                     "quick" => {}
                     _ => {
@@ -324,6 +341,11 @@ async fn run(f: Flags) {
     // ---- waiters ----
     if f.waiters > 0 {
         waiters::run_waiters(&f, &mut out, &cluster, li, &work).await;
+    }
+
+    // ---- durability ----
+    if f.durability {
+        durability::run_durability(&f, &mut out, &mut cluster, li, &work).await;
     }
     out.put("memory_end", memory_json(&cluster.memory()));
     cluster.check_alive();

@@ -86,8 +86,16 @@ impl Work {
         node
     }
 
+    /// A client's fingerprint update of a random node (write `seq`).
+    pub fn node_write(&self, seq: u64, g: &mut SplitMix64) -> Command {
+        let i = g.intn(self.ds.nodes);
+        Command::UpsertNode {
+            node: self.node_update(seq, i, g.intn(2)),
+        }
+    }
+
     /// The command of the write phase's write `seq`.
-    fn command(&self, seq: u64, g: &mut SplitMix64) -> Command {
+    pub fn command(&self, seq: u64, g: &mut SplitMix64) -> Command {
         let i = g.intn(self.ds.nodes);
         if self.write_nodes {
             Command::UpsertNode {
