@@ -247,6 +247,9 @@ pub async fn run_durability(
     ));
 
     // ---- restart a follower ----
+    // The leader may have moved under the write load: ask again.
+    let li = cluster.wait_leader(STEP).await;
+    let leader = cluster.clients[li].clone();
     let fi = (li + 1) % 3;
     let target = gauges(&leader).await.expect("leader metrics").applied;
     cluster.stop(fi, false);
@@ -262,25 +265,26 @@ pub async fn run_durability(
     // ---- a wiped follower, the supported way: out of the membership, wiped, back in ----
     // (A voter wiped and started again under its id would be a Raft log reversion:
     // its vote forgotten, and openraft 0.9's leader never finds where to resume it.)
+    let li = cluster.wait_leader(STEP).await;
     let wi = (li + 2) % 3;
     let id = wi as u64 + 1;
-    leader
+    cluster.clients[li]
         .change_peer(&PeerChange::Remove { id })
         .await
         .expect("remove the follower");
     cluster.stop(wi, true);
     std::fs::remove_dir_all(cluster.data_dir(wi)).expect("wipe the follower's directory");
+    let li = leader_among(cluster, wi).await;
+    let leader = cluster.clients[li].clone();
     let target = gauges(&leader).await.expect("leader metrics").applied;
     cluster.restart(wi);
     let t = Instant::now();
-    leader
-        .change_peer(&PeerChange::Add {
-            id,
-            address: cluster.addrs[wi].clone(),
-            wait: Some("10m".into()),
-        })
-        .await
-        .expect("add the wiped follower back");
+    let add = PeerChange::Add {
+        id,
+        address: cluster.addrs[wi].clone(),
+        wait: Some("10m".into()),
+    };
+    leader.change_peer(&add).await.expect("add the wiped follower back");
     let added = t.elapsed();
     let (wiped_serving, caught) = wait_caught_up(cluster, wi, target).await;
     let wiped_caught_up = added + caught;
@@ -319,6 +323,27 @@ pub async fn run_durability(
             "memory_end": memory_json(&cluster.memory()),
         }),
     );
+}
+
+/// The leader's position, as the agents other than `out` name it (an election may be
+/// under way).
+async fn leader_among(cluster: &Cluster, out: usize) -> usize {
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < STEP, "no leader after {STEP:?}");
+        for (j, c) in cluster.clients.iter().enumerate() {
+            if j == out {
+                continue;
+            }
+            if let Ok(Some(addr)) = c.leader().await
+                && let Some(l) = cluster.addrs.iter().position(|a| *a == addr)
+                && l != out
+            {
+                return l;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits until agent `i` answers its metrics (serving) and has applied `target`;
