@@ -109,11 +109,11 @@ pub use log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 pub use membership::{CATCH_UP_DISTANCE, MEMBERSHIP_STEP_DEADLINE};
 pub use network::{BoxFuture, Network, RpcFailure, RpcResult};
 pub use observe::{ApplyEvent, ApplyObserver};
-pub use state_machine::SnapshotBuilt;
 pub use router::{Router, RouterNetwork};
 pub use server::{Committed, Server, ServerOptions};
 pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};
 pub use state_machine::ApplyResponse;
+pub use state_machine::SnapshotBuilt;
 pub use tcp::{MAX_FRAME, TcpEndpoint, TcpNetwork};
 pub use write_keys::{
     KeptOutcome, MAX_WRITE_KEYS, ProposalKeys, WRITE_KEY_TTL_MS, WriteKey, WriteKeys,

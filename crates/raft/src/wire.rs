@@ -219,7 +219,7 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
     let view = server.inbound_view();
     Ok(match request {
         RpcRequest::AppendEntries(rpc) => {
-            inbound::check_append(&view, &rpc)?;
+            inbound::check_append(&view, &rpc).inspect_err(warn_if_log_reverted)?;
             RpcAnswer::AppendEntries(server.raft().append_entries(rpc).await)
         }
         RpcRequest::Vote(rpc) => {
@@ -234,6 +234,46 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
             RpcAnswer::Forward(server.propose_keyed(command, key).await.into())
         }
     })
+}
+
+/// Entries from index N > 0 "after nothing": what openraft 0.9's leader sends a
+/// server it had replicated to, which has come back with an empty log under the same
+/// id (its data directory wiped or replaced). Raft does not allow that (the server has
+/// forgotten its vote), the leader never finds where to resume it, and the refusals
+/// are otherwise logged at debug level only: say what happened, once a minute.
+fn warn_if_log_reverted(refused: &RpcRefused) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARNED_SECS: AtomicU64 = AtomicU64::new(0);
+    let RpcRefused::NotConsecutive {
+        got,
+        after: None,
+        expected: 0,
+        ..
+    } = refused
+    else {
+        return;
+    };
+    if *got == 0 {
+        return;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_WARNED_SECS.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST_WARNED_SECS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            first_index = *got,
+            "the leader resumes this server's log at entry {got}, but this server holds no log: \
+             was its data directory wiped or replaced? A server cannot rejoin under its old id \
+             with an empty directory; remove it from the cluster (operator raft remove-peer), \
+             then add it back (operator raft add-peer) and it catches up from a snapshot \
+             (logged once a minute)"
+        );
+    }
 }
 
 /// [`answer_rpc`] with a refusal as an answer (for transports that carry only

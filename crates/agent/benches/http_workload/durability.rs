@@ -166,12 +166,8 @@ pub async fn run_durability(
     let written = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..16)
         .map(|w| {
-            let (c, work, stop, written) = (
-                leader.clone(),
-                work.clone(),
-                stop.clone(),
-                written.clone(),
-            );
+            let (c, work, stop, written) =
+                (leader.clone(), work.clone(), stop.clone(), written.clone());
             let mut g = SplitMix64(f.seed ^ ((w as u64 + 1) * 0x9E37));
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
@@ -188,7 +184,10 @@ pub async fn run_durability(
     let mut max_log = [0u64; 3];
     let mut done: Vec<Option<(Gauges, Duration)>> = vec![None; 3];
     while done.iter().any(Option::is_none) {
-        assert!(t.elapsed() < STEP, "no snapshot on every agent after {STEP:?}");
+        assert!(
+            t.elapsed() < STEP,
+            "no snapshot on every agent after {STEP:?}"
+        );
         for i in 0..3 {
             max_dir[i] = max_dir[i].max(dir_bytes(&cluster.data_dir(i)));
             let Some(g) = gauges(&cluster.clients[i]).await else {
@@ -284,7 +283,10 @@ pub async fn run_durability(
         address: cluster.addrs[wi].clone(),
         wait: Some("10m".into()),
     };
-    leader.change_peer(&add).await.expect("add the wiped follower back");
+    leader
+        .change_peer(&add)
+        .await
+        .expect("add the wiped follower back");
     let added = t.elapsed();
     let (wiped_serving, caught) = wait_caught_up(cluster, wi, target).await;
     let wiped_caught_up = added + caught;
@@ -353,7 +355,11 @@ async fn wait_caught_up(cluster: &mut Cluster, i: usize, target: u64) -> (Durati
     let mut serving = None;
     loop {
         cluster.check_alive();
-        assert!(t.elapsed() < STEP, "agent {} not caught up after {STEP:?}", i + 1);
+        assert!(
+            t.elapsed() < STEP,
+            "agent {} not caught up after {STEP:?}",
+            i + 1
+        );
         // Serving: its health answers (no token needed; a wiped agent has no tokens
         // until the state arrives).
         if serving.is_none() && cluster.clients[i].health().await.is_ok() {

@@ -8,7 +8,7 @@
 //!     [-clients 1,16,64] [-secs 5] [-warmup 0.5] [-write allocs|nodes]
 //!     [-waiters 10000] [-waiters-stale] [-rate 200] [-waiter-secs 10]
 //!     [-nodes 10000] [-allocs-per-node 4] [-batch 100] [-seed 42] [-bin PATH]
-//!     [-durability] [-probe 2000]
+//!     [-durability] [-probe 2000] [-pace 0]
 //! ```
 //!
 //! Phases:
@@ -112,6 +112,8 @@ struct Flags {
     durability: bool,
     /// Requests of each kind in the durability phase's latency probe.
     probe: usize,
+    /// Preload: wait for every agent every this many batches (0: only at the end).
+    pace: usize,
 }
 
 fn usage() -> &'static str {
@@ -119,6 +121,7 @@ fn usage() -> &'static str {
      -clients 1,16,64 (0: no write phase) -secs S -warmup S -write allocs|nodes \
      -waiters N (0: no waiter phase) -waiters-stale -rate W -waiter-secs S \
      -durability (snapshot, compaction, restart, wiped follower) -probe N \
+     -pace B (preload: wait for every agent every B batches) \
      -security tls|acl|dev (default tls: TLS, cluster key and ACL, as deployed)"
 }
 
@@ -148,6 +151,7 @@ fn parse_flags() -> Flags {
         security: Security::Tls,
         durability: false,
         probe: 2_000,
+        pace: 0,
     };
     if quick {
         // A smaller dataset and shorter phases; flags still override these.
@@ -193,6 +197,7 @@ fn parse_flags() -> Flags {
             "rate" => f.rate = value.parse().unwrap_or_else(|_| bad("WRITES_PER_S")),
             "waiter-secs" => f.waiter_secs = value.parse().unwrap_or_else(|_| bad("SECONDS")),
             "probe" => f.probe = value.parse().unwrap_or_else(|_| bad("N")),
+            "pace" => f.pace = value.parse().unwrap_or_else(|_| bad("BATCHES")),
             "security" => {
                 f.security = match value.as_str() {
                     "tls" => Security::Tls,

@@ -45,24 +45,14 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
             .apply(&Command::UpsertNodes { nodes: batch_nodes })
             .await
             .expect("preload nodes");
+        if f.pace > 0 && (b + 1) % f.pace == 0 {
+            // Every agent has this batch before the next ones go: no follower falls
+            // behind by more than `-pace` batches.
+            all_applied(cluster, ds.node_ids[hi - 1].as_ref(), last).await;
+        }
     }
     let total = t.elapsed();
-    // Every agent has it: a stale blocking read of the last node on each.
-    let last_node = ds.node_ids[f.nodes - 1].to_string();
-    for c in &cluster.clients {
-        let r = c
-            .node(
-                &last_node,
-                ReadOptions {
-                    index: last - 1,
-                    wait: Some(Duration::from_secs(60)),
-                    stale: true,
-                },
-            )
-            .await
-            .expect("read after preload");
-        assert!(r.index >= last && r.value.is_some(), "preload not applied");
-    }
+    all_applied(cluster, ds.node_ids[f.nodes - 1].as_ref(), last).await;
     let all = t.elapsed();
     let cpu_json = cpu.json(&pids);
     out.line(format!(
@@ -92,4 +82,23 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
     );
     drop(allocs);
     Work::new(ds, nodes, f.write_nodes)
+}
+
+/// Waits until every agent has applied `last`, the write of node `id`: a stale
+/// blocking read of it on each.
+async fn all_applied(cluster: &Cluster, id: &str, last: u64) {
+    for c in &cluster.clients {
+        let r = c
+            .node(
+                id,
+                ReadOptions {
+                    index: last - 1,
+                    wait: Some(Duration::from_secs(60)),
+                    stale: true,
+                },
+            )
+            .await
+            .expect("read after preload");
+        assert!(r.index >= last && r.value.is_some(), "preload not applied");
+    }
 }
