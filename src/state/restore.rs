@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::WriteTxn;
+use crate::engine::BulkLoad;
 use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 
 use super::error::Result;
@@ -18,7 +18,8 @@ use super::tables::{InstanceKind, PluginInstance, Tables};
 /// every watch (the old state is abandoned). Dropping it, or a failed check, leaves the
 /// store as it was.
 pub(crate) struct Restore {
-    txn: WriteTxn,
+    /// Rows gathered; every map is built at once when the restore commits.
+    txn: BulkLoad,
     t: Tables,
 }
 
@@ -27,7 +28,7 @@ impl StateStore {
     /// was taken at. Waits for the write in progress, if any.
     pub(crate) fn begin_restore(&self, last_applied: u64) -> Restore {
         Restore {
-            txn: self.db().begin_restore(last_applied),
+            txn: self.db().begin_bulk_restore(last_applied),
             t: self.tables(),
         }
     }
@@ -88,7 +89,8 @@ impl Restore {
     /// Adds an ACL token row as it was stored.
     ///
     /// # Errors
-    /// An engine error; a secret hash used twice (a unique index).
+    /// An engine error (a secret hash used twice is found at [`commit`](Self::commit),
+    /// where the unique index is built).
     pub(crate) fn acl_token(&mut self, token: AclToken) -> Result<()> {
         self.txn.insert(self.t.acl_tokens, Arc::new(token))?;
         Ok(())
@@ -124,11 +126,15 @@ impl Restore {
     /// and wakes every watch.
     ///
     /// # Errors
+    /// An engine error if two rows share a unique index key (two tokens with one
+    /// secret);
     /// [`StateError::BrokenInvariant`](super::StateError::BrokenInvariant) naming the
     /// first invariant broken; the store is unchanged.
     pub(crate) fn commit(self) -> Result<()> {
-        StateView::new(self.txn.view(), self.t).check_invariants()?;
-        self.txn.commit()?;
+        let txn = self.txn.finish()?;
+        // The indexes were built from these rows just now; the rows are checked.
+        StateView::new(txn.view(), self.t).check_rows()?;
+        txn.commit()?;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
+use super::bulk::BulkLoad;
 use super::reclaim::{PinnedRoot, Retired, WriterLock};
 use super::registry::Registry;
 use super::root::Root;
@@ -204,6 +205,15 @@ impl Db {
         // will publish.
         root.last_applied = last_applied;
         WriteTxn::new(Arc::clone(&self.shared), guard, root, last_applied, true)
+    }
+
+    /// Begins a restore loaded in bulk: rows are added to the returned [`BulkLoad`],
+    /// whose [`finish`](BulkLoad::finish) builds every map at once and hands back
+    /// the restore transaction ([`begin_restore`](Self::begin_restore)) to check
+    /// and commit. The same state as inserting each row, built without a search per
+    /// row and index.
+    pub fn begin_bulk_restore(&self, last_applied: u64) -> BulkLoad {
+        BulkLoad::new(self.begin_restore(last_applied))
     }
 
     /// Waits for the write in progress, then keeps writers out until the returned guard

@@ -12,6 +12,7 @@
 //! - [`Db::blocking_query`] is the loop of a blocking query built on those.
 
 mod blocking;
+mod bulk;
 mod database;
 mod error;
 mod intervals;
@@ -28,6 +29,7 @@ mod waiters;
 mod watch;
 
 pub use blocking::{MAX_BLOCKING_WAIT, QueryOptions, QueryResult};
+pub use bulk::BulkLoad;
 pub use database::{Db, Snapshot, WritePause};
 pub use error::{Error, IndexInconsistency, Result};
 pub use key::{Key, KeyBuilder};

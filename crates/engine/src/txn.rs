@@ -209,7 +209,17 @@ impl WriteTxn {
         }
     }
 
-    fn table_def(&self, schema: u64, table: TableId) -> Result<Arc<super::Schema>> {
+    /// How many tables the schema has (for the bulk loader).
+    pub(crate) fn root_tables(&self) -> usize {
+        self.root.tables.len()
+    }
+
+    /// The version being built (for the bulk loader, which sets whole maps).
+    pub(crate) fn root_mut(&mut self) -> &mut Root {
+        &mut self.root
+    }
+
+    pub(crate) fn table_def(&self, schema: u64, table: TableId) -> Result<Arc<super::Schema>> {
         if schema != self.root.schema.id || table >= self.root.schema.tables.len() {
             return Err(Error::ForeignHandle {
                 table: format!("#{table}"),

@@ -3,6 +3,7 @@
 //! that the suite links once.
 
 mod blocking;
+mod bulk;
 mod concurrency;
 mod delete_index;
 mod model;
