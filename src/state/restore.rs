@@ -1,5 +1,6 @@
 //! Replacing the whole state with rows read from elsewhere (a snapshot file, a
-//! replication snapshot), row by row, checked, published at once. Crate-internal:
+//! replication snapshot): gathered, built into the tables in bulk, checked,
+//! published at once; or with another store's state, shared as it is. Crate-internal:
 //! the public door is `StateStore::restore_from`, which reads the snapshot format.
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 
 use super::error::Result;
 use super::read::StateView;
+use super::snapshot::StateSnapshot;
 use super::store::StateStore;
 use super::table::Table;
 use super::tables::{InstanceKind, PluginInstance, Tables};
@@ -31,6 +33,22 @@ impl StateStore {
             txn: self.db().begin_bulk_restore(last_applied),
             t: self.tables(),
         }
+    }
+}
+
+impl StateStore {
+    /// Replaces the whole state with `from`, a version of another store (which
+    /// held every invariant, as every store's versions do), sharing its rows
+    /// instead of copying them: O(tables). Every watch fires. How a server installs
+    /// a snapshot it has just restored and checked in a scratch store, without
+    /// decoding it a second time.
+    ///
+    /// # Errors
+    /// An engine error if the two stores differ in layout (never for stores of one
+    /// build); the store is unchanged.
+    pub fn restore_state_of(&self, from: &StateSnapshot) -> Result<()> {
+        self.db().begin_restore_from(&from.snap)?.commit()?;
+        Ok(())
     }
 }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use hyper::Method;
-use schedstate_raft::wire::{RpcAnswer, RpcRequest, Transport};
+use schedstate_raft::wire::{RpcAnswer, RpcRequest, SNAPSHOT_INSTALL_DEADLINE, Transport};
 use schedstate_raft::{NodeId, RpcFailure};
 
 use crate::cluster_key::{CLUSTER_AUTH_HEADER, ClusterKey};
@@ -73,7 +73,8 @@ pub enum TransportError {
 }
 
 /// How long one RPC may take, whole: an append of a full batch or a snapshot chunk
-/// to a server that fsyncs (a paused server must not hold its caller longer).
+/// to a server that fsyncs (a paused server must not hold its caller longer). The
+/// last chunk of a snapshot waits for its install: [`SNAPSHOT_INSTALL_DEADLINE`].
 const RPC_DEADLINE: Duration = Duration::from_secs(10);
 
 impl Transport for HttpTransport {
@@ -90,6 +91,11 @@ impl Transport for HttpTransport {
             // A batch of entries is split by openraft on this answer.
             return Err(request.too_large(target, body.len()));
         }
+        let deadline = if request.installs_a_snapshot() {
+            SNAPSHOT_INSTALL_DEADLINE
+        } else {
+            RPC_DEADLINE
+        };
         let signed = self.key.as_ref().map(|key| key.sign_request(&body));
         let mut headers = vec![("content-type", RAFT_RPC_CONTENT_TYPE)];
         if let Some((header, _)) = &signed {
@@ -104,7 +110,7 @@ impl Transport for HttpTransport {
                 &headers,
                 body.into(),
                 MAX_RPC_BYTES,
-                RPC_DEADLINE,
+                deadline,
             )
             .await
             .map_err(|e| {

@@ -216,6 +216,27 @@ impl Db {
         BulkLoad::new(self.begin_restore(last_applied))
     }
 
+    /// Begins a restore whose state is `from`'s, a version of another database
+    /// with the same layout (tables and indexes of the same names, in the same
+    /// order): its maps are shared, not copied, so this is O(tables) whatever the
+    /// rows. For a state loaded and checked elsewhere (a snapshot received from a
+    /// leader, checked in a scratch store before it is installed).
+    ///
+    /// # Errors
+    /// [`Error::ForeignHandle`] naming the first table whose layout differs.
+    pub fn begin_restore_from(&self, from: &Snapshot) -> Result<WriteTxn> {
+        let src: &Root = &from.root;
+        let mut txn = self.begin_restore(src.last_applied);
+        let root = txn.root_mut();
+        if let Some(table) = layout_difference(&root.schema, &src.schema) {
+            return Err(Error::ForeignHandle { table });
+        }
+        root.tables = src.tables.clone();
+        root.table_index = src.table_index.clone();
+        root.delete_index = src.delete_index.clone();
+        Ok(txn)
+    }
+
     /// Waits for the write in progress, then keeps writers out until the returned guard
     /// is dropped, and hands over the version as of that moment. Readers are not
     /// affected. Used to cut a consistent point (a snapshot plus a log rotation).
@@ -316,4 +337,22 @@ impl Snapshot {
     pub fn same_version(&self, other: &Snapshot) -> bool {
         Arc::ptr_eq(&self.root, &other.root)
     }
+}
+
+/// The first table of `a` laid out differently in `b` (name, index names and
+/// uniqueness, in order), if any.
+fn layout_difference(a: &Schema, b: &Schema) -> Option<String> {
+    let index = |t: &crate::schema::TableDef| {
+        t.indexes
+            .iter()
+            .map(|i| (i.name.clone(), i.unique))
+            .collect::<Vec<_>>()
+    };
+    for (i, ta) in a.tables.iter().enumerate() {
+        match b.tables.get(i) {
+            Some(tb) if tb.name == ta.name && index(tb) == index(ta) => {}
+            _ => return Some(ta.name.to_string()),
+        }
+    }
+    (b.tables.len() > a.tables.len()).then(|| b.tables[a.tables.len()].name.to_string())
 }

@@ -4,25 +4,27 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, InitializeError, InstallSnapshotError, RaftError};
-use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
-use openraft::{BasicNode, ChangeMembers, Config, Raft, Snapshot, SnapshotPolicy, Vote};
+use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, SnapshotPolicy};
 use parking_lot::Mutex;
 use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
 
 use crate::batcher::Batcher;
 use crate::error::{ClusterError, OpenError, ProposeError};
-use crate::inbound::{RpcRefused, ServerView};
+use crate::inbound::ServerView;
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{BoxFuture, ErasedNetwork, Factory, Network};
 use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
-use crate::snapshot_receiver::{Received, SnapshotReceiver, check_snapshot};
+use crate::snapshot_receiver::{CheckedSnapshot, SnapshotReceiver};
 use crate::state_machine::{Applied, StateMachine};
 use crate::write_keys::{KeptOutcome, KeyCheck, WriteKey, WriteKeys, kept_answer};
 use crate::{NodeId, TypeConfig};
+
+mod snapshot_install;
 
 /// A command that committed and was applied: its log index, which is also the write
 /// index of the state it produced (for read-your-writes and blocking queries).
@@ -69,7 +71,10 @@ impl Default for ServerOptions {
     /// stands. (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
     /// snapshot every 10,000 entries, keeping 1,000 entries behind it for followers
     /// that lag a little. Snapshots received up to 4 GiB (a 200,000-node state is well
-    /// under that).
+    /// under that); a snapshot chunk may take up to
+    /// [`SNAPSHOT_INSTALL_DEADLINE`](crate::wire::SNAPSHOT_INSTALL_DEADLINE), since
+    /// the last one is answered once the whole snapshot is checked and installed
+    /// (openraft's 200 ms made a large snapshot time out and start over forever).
     fn default() -> Self {
         ServerOptions {
             raft: Config {
@@ -80,6 +85,7 @@ impl Default for ServerOptions {
                 max_payload_entries: 512,
                 snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
                 max_in_snapshot_log_to_keep: 1_000,
+                install_snapshot_timeout: crate::wire::SNAPSHOT_INSTALL_DEADLINE.as_millis() as u64,
                 ..Config::default()
             },
             log: LogOptions::default(),
@@ -117,6 +123,12 @@ struct Inner {
     reads: ReadBarrier,
     /// The chunks of a snapshot being received from a leader.
     receiver: Mutex<SnapshotReceiver>,
+    /// The last snapshot received and checked, for the state machine to install
+    /// (shared with it).
+    checked: Arc<Mutex<Option<CheckedSnapshot>>>,
+    /// Holds on elections taken while received snapshots install (the last one
+    /// taken is the one whose release lets the server stand again).
+    election_holds: AtomicU64,
     max_snapshot_bytes: u64,
 }
 
@@ -153,11 +165,13 @@ impl Server {
             let store = StateStore::new();
             let applied = Arc::new(Mutex::new(Applied::default()));
             let keys = Arc::new(Mutex::new(WriteKeys::default()));
+            let checked = Arc::new(Mutex::new(None));
             let sm = StateMachine::open(
                 &dir,
                 store.clone(),
                 applied.clone(),
                 keys.clone(),
+                checked.clone(),
                 options.on_apply,
             )?;
             let config = Arc::new(options.raft.validate()?);
@@ -175,6 +189,8 @@ impl Server {
                     batcher: Batcher::start(raft.clone()),
                     reads: ReadBarrier::default(),
                     receiver: Mutex::default(),
+                    checked,
+                    election_holds: AtomicU64::new(0),
                     max_snapshot_bytes,
                     raft,
                 }),
@@ -525,7 +541,8 @@ impl Server {
     }
 }
 
-/// Inbound RPCs: what the checks need to know, and snapshots received in chunks.
+/// Inbound RPCs: what the checks need to know (snapshots received in chunks:
+/// `server/snapshot_install.rs`).
 impl Server {
     /// What this server knows for checking an inbound RPC
     /// ([`crate::inbound`]): its term, vote, and the members of its effective and
@@ -554,48 +571,6 @@ impl Server {
             configs_index: m.membership_config.log_id().map(|l| l.index),
             committed_configs,
             committed_index,
-        }
-    }
-
-    /// Takes one chunk of a snapshot from a leader whose vote is at least `my_vote`
-    /// (older ones are answered with this server's vote, as openraft answers them);
-    /// on the last one, checks the whole snapshot and installs it.
-    pub(crate) async fn receive_snapshot_chunk(
-        &self,
-        my_vote: Vote<NodeId>,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-    ) -> Result<
-        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
-        RpcRefused,
-    > {
-        let current = InstallSnapshotResponse { vote: my_vote };
-        if rpc.vote < my_vote {
-            return Ok(Ok(current));
-        }
-        let received = self
-            .inner
-            .receiver
-            .lock()
-            .accept(rpc, self.inner.max_snapshot_bytes)?;
-        let (vote, meta, bytes) = match received {
-            Received::More => return Ok(Ok(current)),
-            Received::Mismatch(e) => return Ok(Err(RaftError::APIError(e))),
-            Received::Done { vote, meta, bytes } => (vote, meta, bytes),
-        };
-        // Decoding and restoring a large snapshot takes a while: off the runtime.
-        let checked = tokio::task::spawn_blocking(move || {
-            check_snapshot(&meta, &bytes).map(|()| (meta, bytes))
-        })
-        .await
-        .map_err(|e| RpcRefused::Snapshot(format!("checking the snapshot: {e}")))?;
-        let (meta, bytes) = checked?;
-        let snapshot = Snapshot {
-            meta,
-            snapshot: Box::new(std::io::Cursor::new(bytes)),
-        };
-        match self.inner.raft.install_full_snapshot(vote, snapshot).await {
-            Ok(r) => Ok(Ok(InstallSnapshotResponse { vote: r.vote })),
-            Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
         }
     }
 }

@@ -22,7 +22,7 @@ use std::path::Path;
 use openraft::error::{InstallSnapshotError, SnapshotMismatch};
 use openraft::raft::InstallSnapshotRequest;
 use openraft::{BasicNode, SnapshotMeta, SnapshotSegmentId, Vote};
-use schedstate::state::StateStore;
+use schedstate::state::{StateSnapshot, StateStore};
 
 use crate::inbound::RpcRefused;
 use crate::snapshot_file;
@@ -133,15 +133,27 @@ impl SnapshotReceiver {
     }
 }
 
+/// A received snapshot restored into a scratch store and checked, waiting for the
+/// state machine to install it: the install takes the scratch store's state as it
+/// is (O(1), [`StateStore::restore_state_of`]) instead of decoding the snapshot a
+/// second time.
+pub struct CheckedSnapshot {
+    /// The snapshot's metadata (the install takes the state only for the same one).
+    pub meta: SnapshotMeta<NodeId, BasicNode>,
+    /// The state it holds.
+    pub state: StateSnapshot,
+}
+
 /// Decodes a received snapshot and restores it into a scratch store: its format,
-/// checksums, metadata (against the transfer's) and every state invariant.
+/// checksums, metadata (against the transfer's) and every state invariant. Returns
+/// the scratch store's state.
 ///
 /// # Errors
 /// [`RpcRefused::Snapshot`] saying what is wrong.
 pub fn check_snapshot(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     bytes: &[u8],
-) -> Result<(), RpcRefused> {
+) -> Result<StateSnapshot, RpcRefused> {
     let refuse = |why: String| RpcRefused::Snapshot(why);
     let snapshot_file::Decoded {
         meta: inner,
@@ -155,10 +167,11 @@ pub fn check_snapshot(
             inner.last_log_id, meta.last_log_id
         )));
     }
-    StateStore::new()
+    let scratch = StateStore::new();
+    scratch
         .restore_from(&mut body)
         .map_err(|e| refuse(format!("the snapshot does not restore: {e}")))?;
-    Ok(())
+    Ok(scratch.snapshot())
 }
 
 /// A snapshot file as a leader sends it: `meta` in front of the state `snap` in the

@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::observe::{ApplyEvent, ApplyObserver};
 use crate::snapshot_file::{self, snapshot_files, snapshot_name};
+use crate::snapshot_receiver::CheckedSnapshot;
 use crate::write_keys::{KeyCheck, WriteKeys};
 use crate::{Entry, NodeId, Proposal, TypeConfig};
 
@@ -112,6 +113,8 @@ pub(crate) struct StateMachine {
     current: Option<(SnapshotMeta<NodeId, BasicNode>, PathBuf)>,
     built: u64,
     observer: Option<ApplyObserver>,
+    /// A received snapshot already restored and checked by the server.
+    checked: Arc<Mutex<Option<CheckedSnapshot>>>,
 }
 
 fn sm_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -130,6 +133,7 @@ impl StateMachine {
         store: StateStore,
         applied: Arc<Mutex<Applied>>,
         keys: Arc<Mutex<WriteKeys>>,
+        checked: Arc<Mutex<Option<CheckedSnapshot>>>,
         observer: Option<ApplyObserver>,
     ) -> Result<StateMachine, PersistError> {
         let mut sm = StateMachine {
@@ -140,6 +144,7 @@ impl StateMachine {
             current: None,
             built: 0,
             observer,
+            checked,
         };
         if let Some((_, path)) = snapshot_files(dir)?.pop() {
             let bytes = std::fs::read(&path).map_err(|source| PersistError::Io {
@@ -463,9 +468,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 inner_meta.last_log_id, meta.last_log_id
             ))));
         }
-        // Checks the format, the checksums and every invariant before anything
-        // changes; fires every watch (blocking queries re-run on the new state).
-        self.store.restore_from(&mut body).map_err(snap_err)?;
+        // The state the server restored and checked when the snapshot arrived, if
+        // this is that snapshot; otherwise the bytes, checked (format, checksums,
+        // every invariant) before anything changes. Either fires every watch
+        // (blocking queries re-run on the new state).
+        let checked = self.checked.lock().take();
+        match checked {
+            Some(c) if c.meta == *meta => {
+                self.store.restore_state_of(&c.state).map_err(snap_err)?
+            }
+            _ => {
+                self.store.restore_from(&mut body).map_err(snap_err)?;
+            }
+        }
         *self.keys.lock() = keys;
         let path = StateMachine::keep_snapshot(&self.dir, meta, &bytes).map_err(snap_err)?;
         {

@@ -32,6 +32,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
             StateStore::new(),
             Arc::new(Mutex::new(Applied::default())),
             Arc::default(),
+            Arc::default(),
             None,
         )
         .map_err(|e| openraft::StorageIOError::read(&e))?;

@@ -90,7 +90,24 @@ macro_rules! postcard_codec {
 postcard_codec!(RpcRequest);
 postcard_codec!(RpcAnswer);
 
+/// How long the last chunk of a snapshot may take, sent, checked and installed: the
+/// receiver restores the whole snapshot into a scratch store (format, checksums,
+/// every invariant) and writes it durably before it answers. A 338 MiB snapshot
+/// (200,000 nodes, 2,000,000 allocations) takes 6–10 s on a loaded 2-core machine;
+/// this leaves room for the largest snapshot a server takes
+/// ([`ServerOptions::max_snapshot_bytes`](crate::ServerOptions), 4 GiB) at that
+/// rate. Shorter, a large snapshot is never installed: each attempt times out at the
+/// leader, which starts over with the whole snapshot while the follower checks the
+/// last one.
+pub const SNAPSHOT_INSTALL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
 impl RpcRequest {
+    /// Whether this is the last chunk of a snapshot (its answer waits for the
+    /// install: [`SNAPSHOT_INSTALL_DEADLINE`]).
+    pub fn installs_a_snapshot(&self) -> bool {
+        matches!(self, RpcRequest::InstallSnapshot(rpc) if rpc.done)
+    }
+
     /// Why this request, `encoded_len` bytes encoded, cannot be sent to `target`: a
     /// batch of entries can be split (openraft retries with fewer), anything else not.
     pub fn too_large(&self, target: NodeId, encoded_len: usize) -> RpcFailure {

@@ -1,7 +1,8 @@
 //! A bulk-loaded restore (`Db::begin_bulk_restore`) against the same rows inserted
 //! one by one into a restore transaction: the same rows, every index agreeing with
 //! them, the same answers through each index; a unique key held twice refused with
-//! nothing published.
+//! nothing published. A restore from another database of the same layout shares
+//! its rows; one of another layout is refused.
 
 use std::sync::Arc;
 
@@ -236,4 +237,60 @@ proptest! {
         let got = in_bulk(&rows).expect("bulk");
         prop_assert_eq!(Some(got), one_by_one(&rows));
     }
+}
+
+#[test]
+fn a_restore_from_another_database_shares_its_rows() {
+    let (from, to) = (fx(), fx());
+    let mut bulk = from.db.begin_bulk_restore(12);
+    for r in [row("a", "g", Some("x"), &["t"]), row("b", "h", None, &[])] {
+        bulk.insert(from.rows, Arc::new(r)).expect("insert");
+    }
+    bulk.set_table_index(from.rows, 11);
+    bulk.finish().expect("finish").commit().expect("commit");
+    let source = from.db.snapshot();
+
+    to.db
+        .begin_restore_from(&source)
+        .expect("same layout")
+        .commit()
+        .expect("commit");
+    let copy = to.db.snapshot();
+    assert_eq!(answers(&to, copy.view()), answers(&from, source.view()));
+    assert_eq!(copy.view().last_applied(), 12);
+    let (a, b) = (
+        source.view().get(from.rows, &Key::str("a")).expect("row"),
+        copy.view().get(to.rows, &Key::str("a")).expect("row"),
+    );
+    assert!(Arc::ptr_eq(&a, &b), "rows are shared, not copied");
+    // Writes go on from there, in the copy only.
+    let mut txn = to.db.begin_write(13).expect("write");
+    txn.delete(to.rows, &Key::str("a")).expect("delete");
+    txn.commit().expect("commit");
+    assert!(source.view().get(from.rows, &Key::str("a")).is_some());
+    assert_eq!(to.db.snapshot().view().len(to.rows), 1);
+}
+
+#[test]
+fn a_restore_from_a_database_of_another_layout_is_refused() {
+    let mut schema = Schema::new();
+    let rows = schema
+        .table("rows", |r: &Row| Key::str(&r.id))
+        .expect("table");
+    schema
+        .index(rows, "group", false, |r: &Row| Some(Key::str(&r.group)))
+        .expect("index");
+    let other = Db::new(schema);
+    let to = fx();
+    let mut txn = to.db.begin_write(1).expect("write");
+    txn.insert(to.rows, Arc::new(row("kept", "g", None, &[])))
+        .expect("insert");
+    txn.commit().expect("commit");
+    match to.db.begin_restore_from(&other.snapshot()) {
+        Err(Error::ForeignHandle { table }) => assert_eq!(table, "rows"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a restore from another layout was taken"),
+    }
+    assert_eq!(to.db.snapshot().view().len(to.rows), 1);
+    assert!(to.db.begin_write(2).is_ok());
 }

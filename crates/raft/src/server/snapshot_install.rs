@@ -1,0 +1,96 @@
+//! A snapshot received from a leader, chunk by chunk (`SnapshotReceiver`), checked
+//! in a scratch store off the runtime, then installed through openraft with this
+//! server's elections held off until the leader has reached it again.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
+use openraft::{Snapshot, Vote};
+
+use super::Server;
+use crate::inbound::RpcRefused;
+use crate::snapshot_receiver::{CheckedSnapshot, Received, check_snapshot};
+use crate::{NodeId, TypeConfig};
+
+impl Server {
+    /// Takes one chunk of a snapshot from a leader whose vote is at least `my_vote`
+    /// (older ones are answered with this server's vote, as openraft answers them);
+    /// on the last one, checks the whole snapshot and installs it.
+    pub(crate) async fn receive_snapshot_chunk(
+        &self,
+        my_vote: Vote<NodeId>,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+        RpcRefused,
+    > {
+        let current = InstallSnapshotResponse { vote: my_vote };
+        if rpc.vote < my_vote {
+            return Ok(Ok(current));
+        }
+        let received = self
+            .inner
+            .receiver
+            .lock()
+            .accept(rpc, self.inner.max_snapshot_bytes)?;
+        let (vote, meta, bytes) = match received {
+            Received::More => return Ok(Ok(current)),
+            Received::Mismatch(e) => return Ok(Err(RaftError::APIError(e))),
+            Received::Done { vote, meta, bytes } => (vote, meta, bytes),
+        };
+        // Decoding and restoring a large snapshot takes a while: off the runtime.
+        let checked = tokio::task::spawn_blocking(move || {
+            check_snapshot(&meta, &bytes).map(|state| (meta, bytes, state))
+        })
+        .await
+        .map_err(|e| RpcRefused::Snapshot(format!("checking the snapshot: {e}")))?;
+        let (meta, bytes, state) = checked?;
+        // The state machine installs the checked state itself (same metadata), not
+        // a second decode of the bytes.
+        *self.inner.checked.lock() = Some(CheckedSnapshot {
+            meta: meta.clone(),
+            state,
+        });
+        let snapshot = Snapshot {
+            meta,
+            snapshot: Box::new(std::io::Cursor::new(bytes)),
+        };
+        // The leader's replication to this server waits for this answer, so no
+        // heartbeat arrives while the snapshot is installed (its file written
+        // durably); and the snapshot's membership may name this server a voter (it
+        // was, when the snapshot was built). Left alone, the election timer runs out
+        // meanwhile and the server stands as soon as it is a voter, with terms that
+        // depose a healthy leader. It does not stand until an election timeout after
+        // the install, by when the leader's next append has reached it.
+        let hold = self.hold_elections();
+        let installed = self.inner.raft.install_full_snapshot(vote, snapshot).await;
+        self.release_elections(hold);
+        match installed {
+            Ok(r) => Ok(Ok(InstallSnapshotResponse { vote: r.vote })),
+            Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
+        }
+    }
+
+    /// Keeps this server from standing for election (an install is under way);
+    /// returns the hold's number for [`release_elections`](Self::release_elections).
+    fn hold_elections(&self) -> u64 {
+        let hold = self.inner.election_holds.fetch_add(1, Ordering::AcqRel) + 1;
+        self.inner.raft.runtime_config().elect(false);
+        hold
+    }
+
+    /// Lets this server stand again an election timeout from now, unless a later
+    /// hold was taken meanwhile (its release then decides).
+    fn release_elections(&self, hold: u64) {
+        let after = Duration::from_millis(self.inner.raft.config().election_timeout_max);
+        let server = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if server.inner.election_holds.load(Ordering::Acquire) == hold {
+                server.inner.raft.runtime_config().elect(true);
+            }
+        });
+    }
+}
