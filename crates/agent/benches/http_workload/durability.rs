@@ -2,8 +2,8 @@
 //! disk and to bring back, at the cluster's size (issue 25 item 4 runs it at 200,000
 //! nodes and 2,000,000 allocations).
 //!
-//! 1. **At rest**: each agent's RSS, its data directory's size (Raft log and
-//!    snapshots), the log's bytes.
+//! 1. **At rest**: each agent's RSS and its anonymous part (heap and stacks), its
+//!    data directory's size (Raft log and snapshots), the log's bytes.
 //! 2. **Latency at this size**, one request at a time on the leader: `-probe` point
 //!    reads of random nodes (consistent, then `?stale`) and node writes (a
 //!    fingerprint's health flipped).
@@ -33,6 +33,7 @@ use crate::Flags;
 use crate::cluster::{Cluster, gauge};
 use crate::report::{Out, latency_json, latency_text, memory_json, round2};
 use crate::splitmix::SplitMix64;
+use crate::system::proc_anon_kb;
 use crate::writes::Work;
 
 /// How long the snapshot, restart and catch-up steps may take each.
@@ -101,14 +102,19 @@ pub async fn run_durability(
         }));
     }
     let memory = memory_json(&cluster.memory());
+    let anon: Vec<u64> = cluster.pids().into_iter().map(proc_anon_kb).collect();
+    for (r, kb) in rest.iter_mut().zip(&anon) {
+        r["rss_anon_mib"] = json!(round2(*kb as f64 / 1024.0));
+    }
     out.line(format!(
         "durability: at rest after the preload: {}",
         rest.iter()
             .zip(memory.as_array().into_iter().flatten())
             .map(|(r, m)| format!(
-                "agent {} RSS {:.0} MiB, data {} MiB (log {} MiB)",
+                "agent {} RSS {:.0} MiB (anonymous {} MiB), data {} MiB (log {} MiB)",
                 r["agent"],
                 m["vm_rss_kb"].as_f64().unwrap_or(0.0) / 1024.0,
+                r["rss_anon_mib"],
                 r["data_dir_mib"],
                 r["log_mib"]
             ))

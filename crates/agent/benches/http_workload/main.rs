@@ -8,7 +8,7 @@
 //!     [-clients 1,16,64] [-secs 5] [-warmup 0.5] [-write allocs|nodes]
 //!     [-waiters 10000] [-waiters-stale] [-rate 200] [-waiter-secs 10]
 //!     [-nodes 10000] [-allocs-per-node 4] [-batch 100] [-seed 42] [-bin PATH]
-//!     [-durability] [-probe 2000] [-pace 0]
+//!     [-durability] [-probe 2000] [-pace 0] [-volumes 0]
 //! ```
 //!
 //! Phases:
@@ -16,7 +16,8 @@
 //!    three name the same leader.
 //! 2. **preload**: `-nodes` nodes (the workload dataset's nodes, with CSI
 //!    fingerprints) and `-allocs-per-node` allocations each, `UpsertAllocs` then
-//!    `UpsertNodes` per `-batch` nodes, through `POST /v1/commands` on the leader.
+//!    `UpsertNodes` per `-batch` nodes, through `POST /v1/commands` on the leader;
+//!    then `-volumes` CSI volumes on the dataset's plugins (`RegisterCsiVolumes`).
 //! 3. **writes**: for each `-clients` count, that many clients each sending one
 //!    command at a time to the leader for `-secs` after `-warmup`: `UpsertAllocs` of
 //!    one new allocation on a random node (`-write allocs`, a scheduler's placement) or
@@ -114,6 +115,8 @@ struct Flags {
     probe: usize,
     /// Preload: wait for every agent every this many batches (0: only at the end).
     pace: usize,
+    /// Preload: CSI volumes registered after the nodes, on the dataset's plugins.
+    volumes: usize,
 }
 
 fn usage() -> &'static str {
@@ -122,6 +125,7 @@ fn usage() -> &'static str {
      -waiters N (0: no waiter phase) -waiters-stale -rate W -waiter-secs S \
      -durability (snapshot, compaction, restart, wiped follower) -probe N \
      -pace B (preload: wait for every agent every B batches) \
+     -volumes N (preload: CSI volumes on the plugins, after the nodes) \
      -security tls|acl|dev (default tls: TLS, cluster key and ACL, as deployed)"
 }
 
@@ -152,6 +156,7 @@ fn parse_flags() -> Flags {
         durability: false,
         probe: 2_000,
         pace: 0,
+        volumes: 0,
     };
     if quick {
         // A smaller dataset and shorter phases; flags still override these.
@@ -198,6 +203,7 @@ fn parse_flags() -> Flags {
             "waiter-secs" => f.waiter_secs = value.parse().unwrap_or_else(|_| bad("SECONDS")),
             "probe" => f.probe = value.parse().unwrap_or_else(|_| bad("N")),
             "pace" => f.pace = value.parse().unwrap_or_else(|_| bad("BATCHES")),
+            "volumes" => f.volumes = value.parse().unwrap_or_else(|_| bad("N")),
             "security" => {
                 f.security = match value.as_str() {
                     "tls" => Security::Tls,

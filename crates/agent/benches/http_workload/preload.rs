@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use schedstate::model::{Allocation, Node};
+use schedstate::model::{Allocation, CsiVolume, Node};
 use schedstate::state::Command;
 use schedstate_agent::ReadOptions;
 use serde_json::json;
@@ -51,14 +51,36 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
             all_applied(cluster, ds.node_ids[hi - 1].as_ref(), last).await;
         }
     }
+    // Volumes, registered a batch at a time, each on one of the plugins in turn.
+    for lo in (0..f.volumes).step_by(f.batch.max(1) * 10) {
+        let hi = (lo + f.batch.max(1) * 10).min(f.volumes);
+        let volumes = (lo..hi)
+            .map(|v| {
+                let id = format!("vol-{v:07}");
+                let plugin = ds.plugin_ids[v % ds.plugin_ids.len()].clone();
+                let mut vol = CsiVolume::new("default", id.as_str(), plugin);
+                vol.name = id;
+                vol
+            })
+            .collect();
+        last = leader
+            .apply(&Command::RegisterCsiVolumes { volumes })
+            .await
+            .expect("preload volumes");
+    }
     let total = t.elapsed();
-    all_applied(cluster, ds.node_ids[f.nodes - 1].as_ref(), last).await;
+    if f.volumes > 0 {
+        volumes_applied(cluster, &format!("vol-{:07}", f.volumes - 1), last).await;
+    } else {
+        all_applied(cluster, ds.node_ids[f.nodes - 1].as_ref(), last).await;
+    }
     let all = t.elapsed();
     let cpu_json = cpu.json(&pids);
     out.line(format!(
-        "preload: {} nodes + {} allocs in {} batches ({} entries): {:.0} ms, on all 3 agents after {:.0} ms, {:.0} nodes/s; cores agents/bench/foreign {}",
+        "preload: {} nodes + {} allocs + {} volumes in {} batches ({} entries): {:.0} ms, on all 3 agents after {:.0} ms, {:.0} nodes/s; cores agents/bench/foreign {}",
         f.nodes,
         f.nodes * f.allocs_per,
+        f.volumes,
         batches,
         2 * batches,
         total.as_secs_f64() * 1e3,
@@ -71,6 +93,7 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
         json!({
             "nodes": f.nodes,
             "allocs": f.nodes * f.allocs_per,
+            "volumes": f.volumes,
             "batches": batches,
             "entries": 2 * batches,
             "total_ms": round2(total.as_secs_f64() * 1e3),
@@ -100,5 +123,24 @@ async fn all_applied(cluster: &Cluster, id: &str, last: u64) {
             .await
             .expect("read after preload");
         assert!(r.index >= last && r.value.is_some(), "preload not applied");
+    }
+}
+
+/// Waits until every agent has applied `last`, the registration of volume `id`.
+async fn volumes_applied(cluster: &Cluster, id: &str, last: u64) {
+    for c in &cluster.clients {
+        let r = c
+            .volume(
+                "default",
+                id,
+                ReadOptions {
+                    index: last - 1,
+                    wait: Some(Duration::from_secs(60)),
+                    stale: true,
+                },
+            )
+            .await
+            .expect("read after preload");
+        assert!(r.index >= last && r.value.is_some(), "volumes not applied");
     }
 }

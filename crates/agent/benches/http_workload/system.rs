@@ -24,6 +24,16 @@ pub fn proc_memory_kb(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
+/// RssAnon of `pid` in kB: its resident anonymous memory — the heap as the
+/// allocator holds it, and the threads' stacks (RSS less the mapped binary and files).
+pub fn proc_anon_kb(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Open file descriptors of `pid` ("self" for this process).
 pub fn proc_fds(pid: &str) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
