@@ -64,33 +64,57 @@ impl Server {
         // meanwhile and the server stands as soon as it is a voter, with terms that
         // depose a healthy leader. It does not stand until an election timeout after
         // the install, by when the leader's next append has reached it.
-        let hold = self.hold_elections();
+        // A guard: released however this ends, the answer sent or this future
+        // dropped (the caller gone).
+        let hold = ElectionHold::take(self);
         let installed = self.inner.raft.install_full_snapshot(vote, snapshot).await;
-        self.release_elections(hold);
+        drop(hold);
         match installed {
             Ok(r) => Ok(Ok(InstallSnapshotResponse { vote: r.vote })),
             Err(fatal) => Ok(Err(RaftError::Fatal(fatal))),
         }
     }
+}
 
-    /// Keeps this server from standing for election (an install is under way);
-    /// returns the hold's number for [`release_elections`](Self::release_elections).
-    fn hold_elections(&self) -> u64 {
-        let hold = self.inner.election_holds.fetch_add(1, Ordering::AcqRel) + 1;
-        self.inner.raft.runtime_config().elect(false);
-        hold
+/// Keeps a server from standing for election while a received snapshot installs;
+/// dropped, lets it stand again an election timeout later, unless a later hold was
+/// taken meanwhile (whose release then decides).
+struct ElectionHold {
+    server: Server,
+    number: u64,
+}
+
+impl ElectionHold {
+    fn take(server: &Server) -> ElectionHold {
+        let number = server.inner.election_holds.fetch_add(1, Ordering::AcqRel) + 1;
+        server.inner.raft.runtime_config().elect(false);
+        ElectionHold {
+            server: server.clone(),
+            number,
+        }
     }
+}
 
-    /// Lets this server stand again an election timeout from now, unless a later
-    /// hold was taken meanwhile (its release then decides).
-    fn release_elections(&self, hold: u64) {
-        let after = Duration::from_millis(self.inner.raft.config().election_timeout_max);
-        let server = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(after).await;
-            if server.inner.election_holds.load(Ordering::Acquire) == hold {
+impl Drop for ElectionHold {
+    fn drop(&mut self) {
+        let server = self.server.clone();
+        let number = self.number;
+        let release = move || {
+            if server.inner.election_holds.load(Ordering::Acquire) == number {
                 server.inner.raft.runtime_config().elect(true);
             }
-        });
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let after =
+                    Duration::from_millis(self.server.inner.raft.config().election_timeout_max);
+                runtime.spawn(async move {
+                    tokio::time::sleep(after).await;
+                    release();
+                });
+            }
+            // No runtime left to wait on (shutting down): at once.
+            Err(_) => release(),
+        }
     }
 }
