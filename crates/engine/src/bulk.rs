@@ -44,13 +44,7 @@ impl BulkLoad {
         let schema = self.txn.table_def(table.schema, table.id)?;
         let def: &TableDef = &schema.tables[table.id];
         let row: Row = row;
-        let mut pk = Vec::with_capacity(1);
-        def.map_keys(0, &row, &mut pk);
-        let Some(pk) = pk.pop() else {
-            return Err(Error::ForeignHandle {
-                table: def.name.to_string(),
-            });
-        };
+        let pk = def.primary_key(&row)?;
         self.rows[table.id].push((pk, row));
         Ok(())
     }

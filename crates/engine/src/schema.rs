@@ -165,6 +165,17 @@ impl Schema {
 }
 
 impl TableDef {
+    /// The primary key of `row`.
+    ///
+    /// # Errors
+    /// [`Error::ForeignHandle`] if `row` is not of this table's type (a handle of
+    /// another schema led here).
+    pub(crate) fn primary_key(&self, row: &Row) -> Result<Key> {
+        (self.primary)(&**row).ok_or_else(|| Error::ForeignHandle {
+            table: self.name.to_string(),
+        })
+    }
+
     /// The index keys of `row` in map `map` (0 = primary).
     pub(crate) fn map_keys(&self, map: usize, row: &Row, out: &mut Vec<Key>) {
         match map {

@@ -258,13 +258,7 @@ impl WriteTxn {
         let schema = self.table_def(table.schema, table.id)?;
         let def: &TableDef = &schema.tables[table.id];
         let row: Row = row;
-        let mut pk_buf = Vec::with_capacity(1);
-        def.map_keys(0, &row, &mut pk_buf);
-        let Some(pk) = pk_buf.pop() else {
-            return Err(Error::ForeignHandle {
-                table: def.name.to_string(),
-            });
-        };
+        let pk = def.primary_key(&row)?;
         let data = &self.root.tables[table.id];
         let old = data.maps[0].get(&pk).cloned();
         if let Some(old) = &old

@@ -48,7 +48,7 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
         if f.pace > 0 && (b + 1) % f.pace == 0 {
             // Every agent has this batch before the next ones go: no follower falls
             // behind by more than `-pace` batches.
-            all_applied(cluster, ds.node_ids[hi - 1].as_ref(), last).await;
+            all_applied(cluster, LastWrite::Node(ds.node_ids[hi - 1].as_ref()), last).await;
         }
     }
     // Volumes, registered a batch at a time, each on one of the plugins in turn.
@@ -69,11 +69,13 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
             .expect("preload volumes");
     }
     let total = t.elapsed();
-    if f.volumes > 0 {
-        volumes_applied(cluster, &format!("vol-{:07}", f.volumes - 1), last).await;
+    let last_volume = format!("vol-{:07}", f.volumes.saturating_sub(1));
+    let row = if f.volumes > 0 {
+        LastWrite::Volume(&last_volume)
     } else {
-        all_applied(cluster, ds.node_ids[f.nodes - 1].as_ref(), last).await;
-    }
+        LastWrite::Node(ds.node_ids[f.nodes - 1].as_ref())
+    };
+    all_applied(cluster, row, last).await;
     let all = t.elapsed();
     let cpu_json = cpu.json(&pids);
     out.line(format!(
@@ -107,40 +109,36 @@ pub async fn preload(f: &Flags, out: &mut Out, cluster: &Cluster, li: usize) -> 
     Work::new(ds, nodes, f.write_nodes)
 }
 
-/// Waits until every agent has applied `last`, the write of node `id`: a stale
-/// blocking read of it on each.
-async fn all_applied(cluster: &Cluster, id: &str, last: u64) {
-    for c in &cluster.clients {
-        let r = c
-            .node(
-                id,
-                ReadOptions {
-                    index: last - 1,
-                    wait: Some(Duration::from_secs(60)),
-                    stale: true,
-                },
-            )
-            .await
-            .expect("read after preload");
-        assert!(r.index >= last && r.value.is_some(), "preload not applied");
-    }
+/// The row a preload's last write wrote, read back to know it was applied.
+enum LastWrite<'a> {
+    /// The node with this id.
+    Node(&'a str),
+    /// The volume with this id, in the default namespace.
+    Volume(&'a str),
 }
 
-/// Waits until every agent has applied `last`, the registration of volume `id`.
-async fn volumes_applied(cluster: &Cluster, id: &str, last: u64) {
+/// Waits until every agent has applied `last`, the write of `row`: a stale
+/// blocking read of it on each.
+async fn all_applied(cluster: &Cluster, row: LastWrite<'_>, last: u64) {
     for c in &cluster.clients {
-        let r = c
-            .volume(
-                "default",
-                id,
-                ReadOptions {
-                    index: last - 1,
-                    wait: Some(Duration::from_secs(60)),
-                    stale: true,
-                },
-            )
-            .await
-            .expect("read after preload");
-        assert!(r.index >= last && r.value.is_some(), "volumes not applied");
+        let opts = ReadOptions {
+            index: last - 1,
+            wait: Some(Duration::from_secs(60)),
+            stale: true,
+        };
+        let (index, present) = match row {
+            LastWrite::Node(id) => {
+                let r = c.node(id, opts).await.expect("read after preload");
+                (r.index, r.value.is_some())
+            }
+            LastWrite::Volume(id) => {
+                let r = c
+                    .volume("default", id, opts)
+                    .await
+                    .expect("read after preload");
+                (r.index, r.value.is_some())
+            }
+        };
+        assert!(index >= last && present, "preload not applied");
     }
 }
