@@ -12,9 +12,10 @@
 
 use std::cmp::Reverse;
 
-use crate::engine::KeyBuilder;
+use crate::engine::{KeyBuilder, prefetch};
 use crate::model::{
-    AllocListStub, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState,
+    AllocListStub, CsiInfo, CsiPlugin, CsiVolume, CsiVolumeClaim, CsiVolumeClaimMode,
+    CsiVolumeClaimState,
 };
 
 use super::{StateView, Table};
@@ -34,28 +35,59 @@ impl StateView<'_> {
         // The alloc ids sorted and deduplicated: lookups in key order walk the allocs
         // table from left to right, each sharing most of its path with the one before.
         // Encoded string keys sort as the strings do (`Key`'s encoding preserves
-        // order), so the ids are sorted as borrowed strings and each key is built on
-        // the stack only for its lookup. Sorted by their first eight bytes as an
-        // integer, then by the whole id: the same order, but ids (UUIDs) almost never
-        // share eight bytes, so the sort compares integers, not strings.
-        let mut ids: Vec<(u64, &str)> = plugin
+        // order), so the ids are sorted as borrowed strings. Sorted by their first
+        // eight bytes as an integer, then by the whole id: the same order, but ids
+        // (UUIDs) almost never share eight bytes, so the sort compares integers, not
+        // strings.
+        //
+        // Each instance and each id string is a separate allocation, scattered over
+        // the heap: the instances are gathered first (reading only the maps' nodes),
+        // then each instance's id and each id's first bytes are read with the ones a
+        // few places ahead already asked for (`prefetch`), so their cache misses
+        // overlap instead of following one another.
+        const AHEAD: usize = 8;
+        let infos: Vec<&CsiInfo> = plugin
             .controllers
             .iter()
             .chain(plugin.nodes.iter())
-            .map(|(_, info)| &*info.alloc_id)
-            .filter(|id| !id.is_empty())
-            .map(|id| (leading_u64(id), id))
+            .map(|(_, info)| &**info)
             .collect();
+        infos.iter().take(AHEAD).for_each(|i| prefetch(*i));
+        let mut strs: Vec<&str> = Vec::with_capacity(infos.len());
+        for (i, info) in infos.iter().enumerate() {
+            if let Some(later) = infos.get(i + AHEAD) {
+                prefetch(*later);
+            }
+            if !info.alloc_id.is_empty() {
+                strs.push(&info.alloc_id);
+            }
+        }
+        strs.iter().take(AHEAD).for_each(|s| prefetch(s.as_ptr()));
+        let mut ids: Vec<(u64, &str)> = Vec::with_capacity(strs.len());
+        for (i, id) in strs.iter().enumerate() {
+            if let Some(later) = strs.get(i + AHEAD) {
+                prefetch(later.as_ptr());
+            }
+            ids.push((leading_u64(id), id));
+        }
         ids.sort_unstable();
         ids.dedup_by(|a, b| a.1 == b.1);
         let mut index = plugin.modify_index;
         let mut stubs: Vec<AllocListStub> = Vec::with_capacity(ids.len());
-        for &(_, id) in &ids {
-            let key = KeyBuilder::new().str(id);
-            match self.view.get(self.t.allocs, key.as_bytes()) {
+        // Looked up together (`View::get_many`): thousands of scattered rows, whose
+        // cache misses overlap instead of following one another.
+        let keys: Vec<KeyBuilder> = ids
+            .iter()
+            .map(|(_, id)| KeyBuilder::new().str(id))
+            .collect();
+        let mut missing = false;
+        self.view
+            .get_many(self.t.allocs, &keys, |_, row| match row {
                 Some(a) => stubs.push(AllocListStub::new(a)),
-                None => index = index.max(self.delete_index(Table::Allocs)),
-            }
+                None => missing = true,
+            });
+        if missing {
+            index = index.max(self.delete_index(Table::Allocs));
         }
         // Newest first; the sort is stable, so ties stay in id order (deterministic).
         stubs.sort_by_key(|s| Reverse(s.modify_index));

@@ -190,6 +190,14 @@ impl AsRef<[u8]> for Key {
     }
 }
 
+/// The bytes so far, so that built keys can be looked up without finishing them
+/// (`View::get_many` over a `Vec<KeyBuilder>`).
+impl AsRef<[u8]> for KeyBuilder {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.decode_strs() {

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use super::key::prefix_successor;
 use super::pmap::Iter as MapIter;
+use super::prefetch::prefetch;
 use super::root::{Root, RowMap};
 use super::schema::{Index, Row, Table, TableId};
 use super::watch::{WatchItem, WatchSet};
@@ -102,6 +103,45 @@ impl<'a> View<'a> {
     pub fn get_ref<V: Any + Send + Sync>(&self, table: Table<V>, key: &[u8]) -> Option<&'a Row> {
         self.watch_key(table.id, 0, key);
         self.map(table.schema, table.id, 0)?.get(key)
+    }
+
+    /// The rows with primary keys `keys`: calls `each(i, row)` for each in order, with
+    /// what [`get`](Self::get) of `keys[i]` returns, and watches every key. For many
+    /// keys of a large table it is faster than a `get` each: the lookups descend
+    /// together so that their cache misses overlap (`pmap/batch.rs`), and each row is
+    /// asked for a few turns before its own. Keys in ascending order do best.
+    pub fn get_many<V: Any + Send + Sync, K: AsRef<[u8]>>(
+        &self,
+        table: Table<V>,
+        keys: &[K],
+        mut each: impl FnMut(usize, Option<Arc<V>>),
+    ) {
+        /// How many rows ahead of the one being handed out are asked for.
+        const AHEAD: usize = 8;
+        for k in keys {
+            self.watch_key(table.id, 0, k.as_ref());
+        }
+        let Some(map) = self.map(table.schema, table.id, 0) else {
+            (0..keys.len()).for_each(|i| each(i, None));
+            return;
+        };
+        let mut rows = Vec::new();
+        map.get_many(keys, &mut rows);
+        let ask = |row: Option<&Row>| {
+            if let Some(row) = row {
+                // The row and, just before it, its reference counts.
+                let p = Arc::as_ptr(row).cast::<u8>();
+                prefetch(p.wrapping_sub(16));
+                prefetch(p);
+            }
+        };
+        rows.iter().take(AHEAD).for_each(|r| ask(*r));
+        for (i, row) in rows.iter().enumerate() {
+            if let Some(later) = rows.get(i + AHEAD) {
+                ask(*later);
+            }
+            each(i, row.and_then(downcast));
+        }
     }
 
     /// The row with primary key `key`, borrowed as its type.

@@ -6,6 +6,8 @@ use std::cmp::Ordering;
 
 use smallvec::SmallVec;
 
+use crate::prefetch::prefetch;
+
 /// The sorted, distinct keys of one node.
 ///
 /// `buf` holds, for `n` keys, one region after the other:
@@ -390,6 +392,40 @@ impl Keys {
         // Equal run heads of eight bytes or more (rare): the keys decide.
         let end = j + runs[j - lo..].partition_point(|h| Head::from_ne_bytes(*h) == hs);
         self.search_keys(q, run_at + H - 1, j, end)
+    }
+
+    /// Prefetches the heads, the first thing a search reads (a hint: batched lookups
+    /// ask for it while they still work on other lookups).
+    #[inline]
+    pub(super) fn prefetch_heads(&self) {
+        let base = self.base();
+        for line in self.buf[base..base + H * self.len()].chunks(64) {
+            prefetch(line.as_ptr());
+        }
+    }
+
+    /// Prefetches what a search for `q` reads after the heads, found from the heads
+    /// alone (a hint, possibly the wrong key in a run): the key it compares in full
+    /// (where keys have one width, so its place needs no offsets) and its run head.
+    /// Returns that key's position, near which the search ends (`None`: past every
+    /// key), for the caller to ask for the value or child there.
+    #[inline]
+    pub(super) fn prefetch_candidate(&self, q: &[u8]) -> Option<usize> {
+        let (n, plen) = (self.len(), self.plen as usize);
+        let hq = head(q.get(plen..)?);
+        let at = self.base();
+        let (heads, _) = self.buf[at..at + H * n].as_chunks::<H>();
+        let lo = heads.partition_point(|h| Head::from_ne_bytes(*h) < hq);
+        if lo == n {
+            return None;
+        }
+        if self.width != 0 {
+            prefetch(self.buf[lo * self.width as usize..].as_ptr());
+        }
+        if self.run_at > 0 {
+            prefetch(self.buf[at + H * (n + lo)..].as_ptr());
+        }
+        Some(lo)
     }
 
     /// The number of keys `<= q`: the child of an inner node that covers `q`.

@@ -66,6 +66,7 @@
 //! overflow a node, shares their entries evenly. All leaves are at the same depth,
 //! O(log n): three levels at 100,000 keys.
 
+mod batch;
 mod iter;
 mod keys;
 mod node;

@@ -129,6 +129,43 @@ fn exact_key_watch_fires_on_update_and_delete_of_that_key_only() {
 }
 
 #[test]
+fn get_many_answers_as_get_and_watches_each_key_it_looked_up() {
+    scenario(
+        DEFAULT_LIMIT,
+        &|fx| {
+            fx.put("a", "g1", 0);
+            fx.put("c", "g1", 0);
+            fx.put("d", "g1", 0);
+        },
+        &|fx, v| {
+            let keys = [key("a"), key("b"), key("c"), key("a")];
+            let mut got = Vec::new();
+            v.get_many(fx.items, &keys, |i, row| {
+                got.push((i, row.map(|r| r.id.clone())))
+            });
+            let a = Some("a".to_string());
+            let c = Some("c".to_string());
+            assert_eq!(got, [(0, a.clone()), (1, None), (2, c), (3, a)]);
+        },
+        &[
+            ("update a", &|fx| _ = fx.put("a", "g1", 1), true),
+            (
+                "create b (looked up, absent)",
+                &|fx| _ = fx.put("b", "g1", 0),
+                true,
+            ),
+            ("delete c", &|fx| _ = fx.del("c"), true),
+            (
+                "update d (not looked up)",
+                &|fx| _ = fx.put("d", "g1", 1),
+                false,
+            ),
+            ("insert a1", &|fx| _ = fx.put("a1", "g1", 0), false),
+        ],
+    );
+}
+
+#[test]
 fn absent_key_watch_fires_on_create_not_on_neighbour() {
     scenario(
         DEFAULT_LIMIT,
