@@ -277,8 +277,9 @@ fn push_escaped(buf: &mut SmallVec<[u8; INLINE]>, bytes: &[u8]) {
 /// The smallest byte string greater than every string that starts with `prefix`, or
 /// `None` when there is none (empty prefix or all `0xFF`): the exclusive upper bound of
 /// a prefix scan.
-pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<SmallVec<[u8; INLINE]>> {
+    // On the stack for keys of ordinary length: every prefix scan makes one.
+    let mut end = SmallVec::<[u8; INLINE]>::from_slice(prefix);
     while let Some(last) = end.pop() {
         if last < 0xFF {
             end.push(last + 1);
@@ -362,8 +363,11 @@ mod tests {
 
     #[test]
     fn successor_bounds_a_prefix() {
-        assert_eq!(prefix_successor(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_successor(&[1, 0xFF]), Some(vec![2]));
+        assert_eq!(prefix_successor(b"ab").as_deref(), Some(b"ac".as_slice()));
+        assert_eq!(
+            prefix_successor(&[1, 0xFF]).as_deref(),
+            Some([2].as_slice())
+        );
         assert_eq!(prefix_successor(&[0xFF]), None);
         assert_eq!(prefix_successor(b""), None);
     }

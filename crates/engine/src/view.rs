@@ -59,7 +59,7 @@ impl<'a> View<'a> {
         match range {
             (Bound::Unbounded, Bound::Unbounded) => return self.watch_prefix(table, map, &[]),
             (Bound::Included(lo), Bound::Excluded(hi))
-                if prefix_successor(lo).is_some_and(|end| end == *hi) =>
+                if prefix_successor(lo).is_some_and(|end| end.as_slice() == hi.as_slice()) =>
             {
                 return self.watch_prefix(table, map, lo);
             }
