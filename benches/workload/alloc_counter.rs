@@ -1,8 +1,12 @@
 //! Counting global allocator: bytes currently allocated, in per-thread-slot shards so
 //! that two busy threads (the concurrent phase) do not bounce one cache line. Also the
 //! other memory figures: live bytes after reclaiming, the resident set, MiB.
+//!
+//! It counts on top of the allocator the including binary names as `crate::UNDERLYING`:
+//! the store's workloads use the system allocator (a library cannot choose its users'
+//! allocator), the replicated server's the one the `schedstate` binary runs on.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
@@ -41,12 +45,12 @@ fn isize_of(n: usize) -> isize {
 
 struct Counting;
 
-// SAFETY: every call is forwarded unchanged to the system allocator; the counters are
+// SAFETY: every call is forwarded unchanged to the underlying allocator; the counters are
 // only bookkeeping.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as ours.
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { crate::UNDERLYING.alloc(layout) };
         if !p.is_null() {
             shard().fetch_add(isize_of(layout.size()), Ordering::Relaxed);
         }
@@ -55,7 +59,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as ours.
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { crate::UNDERLYING.alloc_zeroed(layout) };
         if !p.is_null() {
             shard().fetch_add(isize_of(layout.size()), Ordering::Relaxed);
         }
@@ -64,13 +68,13 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { crate::UNDERLYING.dealloc(ptr, layout) };
         shard().fetch_sub(isize_of(layout.size()), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: same contract as ours.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { crate::UNDERLYING.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             shard().fetch_add(
                 isize_of(new_size) - isize_of(layout.size()),

@@ -18,6 +18,11 @@
 #[path = "../../../benches/workload/alloc_counter.rs"]
 #[allow(dead_code)]
 mod alloc_counter;
+
+/// The allocator under the counting one: the `schedstate` binary's (`schedstate
+/// agent` is the server this workload stands for), so the figures are the deployed
+/// server's.
+const UNDERLYING: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "../../../benches/workload/dataset.rs"]
 #[allow(dead_code)]
 mod dataset;
