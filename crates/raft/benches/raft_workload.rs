@@ -336,12 +336,13 @@ async fn run(f: Flags) {
     let mut rep = Reporter::new();
     let o = options(&f);
     println!(
-        "# raft_config heartbeat_interval={}ms election_timeout={}-{}ms max_payload_entries={} snapshot_policy={:?} max_in_snapshot_log_to_keep={} transport=TCP(loopback,postcard,pooled) fsync=on(flusher thread, one fsync per batch)",
+        "# raft_config heartbeat_interval={}ms election_timeout={}-{}ms max_payload_entries={} snapshot_policy={:?} snapshot_after_commands={} max_in_snapshot_log_to_keep={} transport=TCP(loopback,postcard,pooled) fsync=on(flusher thread, one fsync per batch)",
         o.raft.heartbeat_interval,
         o.raft.election_timeout_min,
         o.raft.election_timeout_max,
         o.raft.max_payload_entries,
         o.raft.snapshot_policy,
+        o.snapshot_after_commands,
         o.raft.max_in_snapshot_log_to_keep
     );
     println!(
@@ -601,16 +602,18 @@ async fn run(f: Flags) {
                 }
             };
             let back = cluster.start_server(oi, listener).await;
+            let opened = t1.elapsed();
             back.wait_applied(target, Duration::from_secs(60))
                 .await
                 .expect("rejoin");
             let rejoin = t1.elapsed();
             println!(
-                "# failover round={round} killed=s{oi} new_leader=s{} election_ms={:.2} failover_ms={:.2} rejoin_ms={:.2} rejoin_target_index={target}",
+                "# failover round={round} killed=s{oi} new_leader=s{} election_ms={:.2} failover_ms={:.2} rejoin_ms={:.2} open_ms={:.2} rejoin_target_index={target}",
                 new.id() - 1,
                 elected.as_secs_f64() * 1e3,
                 first.as_secs_f64() * 1e3,
-                rejoin.as_secs_f64() * 1e3
+                rejoin.as_secs_f64() * 1e3,
+                opened.as_secs_f64() * 1e3
             );
             failover_ms.push(first.as_secs_f64() * 1e3);
             election_ms.push(elected.as_secs_f64() * 1e3);

@@ -86,6 +86,7 @@ mod observe;
 mod read_barrier;
 mod router;
 mod server;
+mod snapshot_cadence;
 mod snapshot_file;
 pub mod snapshot_receiver;
 mod state_machine;

@@ -19,6 +19,7 @@ use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{BoxFuture, ErasedNetwork, Factory, Network};
 use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
+use crate::snapshot_cadence::SnapshotCadence;
 use crate::snapshot_receiver::{CheckedSnapshot, SnapshotReceiver};
 use crate::state_machine::{Applied, StateMachine};
 use crate::write_keys::{KeptOutcome, KeyCheck, WriteKey, WriteKeys, kept_answer};
@@ -59,6 +60,11 @@ pub struct ServerOptions {
     /// The largest snapshot received from a leader: the chunks are held in memory
     /// until the last one, and a transfer growing past this is refused.
     pub max_snapshot_bytes: u64,
+    /// A snapshot once this many commands were applied since the last one (or a
+    /// sixteenth of the state's rows, if more), besides `raft.snapshot_policy`'s count
+    /// of entries: a restarted server re-applies everything after its newest
+    /// snapshot, and one entry may carry hundreds of commands.
+    pub snapshot_after_commands: u64,
 }
 
 impl Default for ServerOptions {
@@ -75,6 +81,9 @@ impl Default for ServerOptions {
     /// [`SNAPSHOT_INSTALL_DEADLINE`](crate::wire::SNAPSHOT_INSTALL_DEADLINE), since
     /// the last one is answered once the whole snapshot is checked and installed
     /// (openraft's 200 ms made a large snapshot time out and start over forever).
+    /// Also a snapshot every 20,000 commands (`snapshot_after_commands`), so a
+    /// restart re-applies at most about that many (0.2–0.5 s to open at 1,000 nodes,
+    /// where 10,000 entries of 32 commands took 10 s).
     fn default() -> Self {
         ServerOptions {
             raft: Config {
@@ -91,6 +100,7 @@ impl Default for ServerOptions {
             log: LogOptions::default(),
             on_apply: None,
             max_snapshot_bytes: 4 << 30,
+            snapshot_after_commands: 20_000,
         }
     }
 }
@@ -130,6 +140,17 @@ struct Inner {
     /// taken is the one whose release lets the server stand again).
     election_holds: AtomicU64,
     max_snapshot_bytes: u64,
+    /// The task asking Raft for the snapshots the state machine's cadence calls for.
+    _snapshots: AbortOnDrop,
+}
+
+/// A task stopped when its owner is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Server {
@@ -166,6 +187,7 @@ impl Server {
             let applied = Arc::new(Mutex::new(Applied::default()));
             let keys = Arc::new(Mutex::new(WriteKeys::default()));
             let checked = Arc::new(Mutex::new(None));
+            let (snapshot_due, mut due) = tokio::sync::mpsc::unbounded_channel();
             let sm = StateMachine::open(
                 &dir,
                 store.clone(),
@@ -173,9 +195,20 @@ impl Server {
                 keys.clone(),
                 checked.clone(),
                 options.on_apply,
+                SnapshotCadence::new(options.snapshot_after_commands, snapshot_due),
             )?;
             let config = Arc::new(options.raft.validate()?);
             let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
+            // Hands the state machine's requests for a snapshot to Raft; ends when the
+            // server is dropped (the task is aborted) or Raft stops.
+            let trigger = raft.clone();
+            let snapshots = AbortOnDrop(tokio::spawn(async move {
+                while due.recv().await.is_some() {
+                    if trigger.trigger().snapshot().await.is_err() {
+                        return;
+                    }
+                }
+            }));
             Ok(Server {
                 inner: Arc::new(Inner {
                     id,
@@ -193,6 +226,7 @@ impl Server {
                     election_holds: AtomicU64::new(0),
                     max_snapshot_bytes,
                     raft,
+                    _snapshots: snapshots,
                 }),
             })
         })

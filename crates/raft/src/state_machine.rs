@@ -29,6 +29,7 @@ use schedstate::state::{Command, Commit, StateError, StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::observe::{ApplyEvent, ApplyObserver};
+use crate::snapshot_cadence::SnapshotCadence;
 use crate::snapshot_file::{self, snapshot_files, snapshot_name};
 use crate::snapshot_receiver::CheckedSnapshot;
 use crate::write_keys::{KeyCheck, WriteKeys};
@@ -115,6 +116,8 @@ pub(crate) struct StateMachine {
     observer: Option<ApplyObserver>,
     /// A received snapshot already restored and checked by the server.
     checked: Arc<Mutex<Option<CheckedSnapshot>>>,
+    /// Commands applied since the last snapshot, and when to ask for the next.
+    cadence: SnapshotCadence,
 }
 
 fn sm_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -135,6 +138,7 @@ impl StateMachine {
         keys: Arc<Mutex<WriteKeys>>,
         checked: Arc<Mutex<Option<CheckedSnapshot>>>,
         observer: Option<ApplyObserver>,
+        cadence: SnapshotCadence,
     ) -> Result<StateMachine, PersistError> {
         let mut sm = StateMachine {
             store,
@@ -145,6 +149,7 @@ impl StateMachine {
             built: 0,
             observer,
             checked,
+            cadence,
         };
         if let Some((_, path)) = snapshot_files(dir)?.pop() {
             let bytes = std::fs::read(&path).map_err(|source| PersistError::Io {
@@ -426,6 +431,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             };
             self.applied.lock().last = Some(entry.log_id);
+            let commands = match &entry.payload {
+                EntryPayload::Normal(proposal) => proposal.commands.len(),
+                _ => 0,
+            };
+            self.cadence.applied(commands, &self.store);
             out.push(response);
         }
         Ok(out)
@@ -433,6 +443,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
         self.built += 1;
+        self.cadence.covered();
         let a = self.applied.lock();
         SnapshotBuilder {
             snap: self.store.snapshot(),
@@ -489,6 +500,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             a.membership = meta.last_membership.clone();
             a.installs += 1;
         }
+        self.cadence.covered();
         tracing::info!(last = ?meta.last_log_id, "installed a snapshot from the leader");
         if let Some(observer) = &self.observer {
             observer.tell(&ApplyEvent::SnapshotInstalled {

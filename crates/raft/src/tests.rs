@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 use schedstate::state::StateStore;
 
 use crate::log_store::{LogOptions, LogStore};
+use crate::snapshot_cadence::SnapshotCadence;
 use crate::state_machine::{Applied, StateMachine};
 use crate::{NodeId, TypeConfig};
 
@@ -34,6 +35,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for OnD
             Arc::default(),
             Arc::default(),
             None,
+            // openraft's suite asks for its snapshots itself.
+            SnapshotCadence::new(u64::MAX, tokio::sync::mpsc::unbounded_channel().0),
         )
         .map_err(|e| openraft::StorageIOError::read(&e))?;
         Ok((dir, log, sm))

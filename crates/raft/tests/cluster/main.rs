@@ -8,6 +8,7 @@ mod golden;
 mod inspect;
 mod log_files;
 mod membership;
+mod snapshot_cadence;
 mod support;
 mod tcp;
 
