@@ -553,12 +553,43 @@ fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     (start, end)
 }
 
+/// The most record bytes of entries one replication RPC carries (at least one entry
+/// whatever its size). openraft 0.9 gives every `AppendEntries` the heartbeat
+/// interval (40 ms) to be answered and resends the same range at once when it is
+/// not: a follower catching up from far behind was sent 512 entries of up to
+/// 32 commands each (16 MiB), which it could not take, write and fsync in time, so the
+/// leader resent them over and over — a server restarted after a busy phase stood
+/// still for 1–3 s before its first entry. One MiB is written and fsynced within a few
+/// milliseconds here.
+const REPLICATION_BATCH_BYTES: u64 = 1 << 20;
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
         let (start, end) = range_bounds(&range);
+        self.entries(start, end, u64::MAX)
+    }
+
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        self.entries(start, end, REPLICATION_BATCH_BYTES)
+    }
+}
+
+impl LogStore {
+    /// The entries of `[start, end)` held here, in order, stopping before the one that
+    /// would take their record bytes past `max_bytes` (the first is always returned).
+    fn entries(
+        &self,
+        start: u64,
+        end: u64,
+        max_bytes: u64,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
         let log = self.shared.log.lock();
         let Some(first) = log.entries.front() else {
             return Ok(Vec::new());
@@ -566,8 +597,13 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let first = first.log_id.index;
         let from = start.max(first) - first;
         let to = (end.max(first) - first).min(log.entries.len() as u64);
-        let mut out = Vec::with_capacity(to.saturating_sub(from) as usize);
+        let mut out = Vec::with_capacity(to.saturating_sub(from).min(1024) as usize);
+        let mut bytes = 0u64;
         for slot in log.entries.range(from as usize..to.max(from) as usize) {
+            bytes = bytes.saturating_add(slot.len);
+            if bytes > max_bytes && !out.is_empty() {
+                break;
+            }
             match &slot.entry {
                 Some(e) => out.push(e.clone()),
                 // Read back under the lock: a truncate or purge cannot remove the

@@ -184,3 +184,52 @@ async fn a_pointer_behind_the_purge_point_is_left_to_the_snapshot() {
     let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
     assert_eq!(log.read_committed().await.unwrap(), None);
 }
+
+/// An entry carrying `commands` node upserts (about 1 KiB each, encoded).
+fn wide_entry(index: u64, commands: u64) -> Entry {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Proposal {
+            commands: (0..commands)
+                .map(|c| {
+                    let mut node = marker_node("wide", index * 1_000 + c);
+                    node.name = "n".repeat(1_000);
+                    Arc::new(Command::UpsertNode { node })
+                })
+                .collect(),
+            keys: None,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn a_replication_batch_stops_near_a_mebibyte_and_never_comes_back_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 8 << 20,
+        cache_bytes: 1 << 20,
+    };
+    let (mut log, _) = LogStore::open(dir.path(), options).unwrap();
+    // 100 entries of 64 commands: about 64 KiB each, 6.4 MiB in all.
+    log.blocking_append((0..100).map(|i| wide_entry(i, 64)))
+        .await
+        .unwrap();
+    let batch = log.limited_get_log_entries(0, 100).await.unwrap();
+    assert!(
+        (8..=20).contains(&batch.len()),
+        "{} entries of ~64 KiB in one batch",
+        batch.len()
+    );
+    assert_eq!(batch[0].log_id.index, 0);
+    // Entries follow one another from the start asked for.
+    for (i, e) in batch.iter().enumerate() {
+        assert_eq!(e.log_id.index, i as u64);
+    }
+    // The whole range is still there for whoever asks for all of it.
+    assert_eq!(log.try_get_log_entries(0..100).await.unwrap().len(), 100);
+
+    // One entry over the budget on its own still goes, alone.
+    log.blocking_append([wide_entry(100, 2_000)]).await.unwrap();
+    let alone = log.limited_get_log_entries(100, 101).await.unwrap();
+    assert_eq!(alone.len(), 1);
+}
