@@ -5,8 +5,9 @@
 //! before it has caught up. openraft's own policy counts entries, but under load one
 //! entry carries many commands (32 at 64 clients, see `batcher.rs`), so 10,000
 //! entries were 320,000 commands to re-apply: a server restarted after a few seconds
-//! of 64 writers took 10–11 s to rejoin (`raft_workload -clients 64 -failovers`). The state machine counts the commands it
-//! applies (an entry without commands counts one) and asks for a snapshot once they
+//! of 64 writers took 10–11 s to rejoin (`raft_workload -clients 64 -failovers`).
+//! The state machine counts the commands it applies (an entry without commands
+//! counts one) and asks for a snapshot once they
 //! reach [`ServerOptions::snapshot_after_commands`](crate::ServerOptions), or a
 //! sixteenth of the state's rows if that is more: re-applying commands costs about as
 //! much per command as restoring a snapshot costs per sixteen rows, so a large state
