@@ -50,10 +50,6 @@ mod splitmix;
 
 mod alloc_counter;
 mod concurrent;
-
-/// The allocator under the counting one: the system's, as an application embedding the
-/// store would most likely run it (see `alloc_counter`).
-const UNDERLYING: std::alloc::System = std::alloc::System;
 mod dataset;
 mod flags;
 mod load;
@@ -63,6 +59,10 @@ mod store;
 mod waiters;
 mod watches;
 mod writes;
+
+/// The allocator under the counting one: the system's, as an application embedding the
+/// store would most likely run it (see `alloc_counter`).
+const UNDERLYING: std::alloc::System = std::alloc::System;
 
 use std::sync::Arc;
 use std::thread;

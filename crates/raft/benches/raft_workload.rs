@@ -18,11 +18,6 @@
 #[path = "../../../benches/workload/alloc_counter.rs"]
 #[allow(dead_code)]
 mod alloc_counter;
-
-/// The allocator under the counting one: the `schedstate` binary's (`schedstate
-/// agent` is the server this workload stands for), so the figures are the deployed
-/// server's.
-const UNDERLYING: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[path = "../../../benches/workload/dataset.rs"]
 #[allow(dead_code)]
 mod dataset;
@@ -32,6 +27,11 @@ mod report;
 #[path = "../../../benches/common/splitmix.rs"]
 #[allow(dead_code)]
 mod splitmix;
+
+/// The allocator under the counting one: the `schedstate` binary's (`schedstate
+/// agent` is the server this workload stands for), so the figures are the deployed
+/// server's.
+const UNDERLYING: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -27,10 +27,9 @@ const RECHECK_EVERY: u64 = 1_024;
 pub(crate) struct SnapshotCadence {
     min_commands: u64,
     since: u64,
-    /// `since` at the last look at the row count.
-    checked_at: u64,
-    /// Asked for a snapshot, not built yet: asked once.
-    asked: bool,
+    /// The count at which to look again whether a snapshot is due: the minimum, then
+    /// every [`RECHECK_EVERY`] commands; `u64::MAX` once asked, until one is built.
+    next_look: u64,
     /// The server's task that hands the request to Raft.
     due: mpsc::UnboundedSender<()>,
 }
@@ -39,11 +38,11 @@ impl SnapshotCadence {
     /// A count starting at zero (the state just restored from the newest snapshot, or
     /// empty); `due` receives one message per snapshot asked for.
     pub(crate) fn new(min_commands: u64, due: mpsc::UnboundedSender<()>) -> SnapshotCadence {
+        let min_commands = min_commands.max(1);
         SnapshotCadence {
-            min_commands: min_commands.max(1),
+            min_commands,
             since: 0,
-            checked_at: 0,
-            asked: false,
+            next_look: min_commands,
             due,
         }
     }
@@ -53,26 +52,22 @@ impl SnapshotCadence {
         self.since = self
             .since
             .saturating_add(u64::try_from(commands).unwrap_or(u64::MAX).max(1));
-        if self.asked
-            || self.since < self.min_commands
-            || (self.checked_at >= self.min_commands
-                && self.since - self.checked_at < RECHECK_EVERY)
-        {
+        if self.since < self.next_look {
             return;
         }
-        self.checked_at = self.since;
         if self.since >= self.threshold(store) {
-            self.asked = true;
+            self.next_look = u64::MAX;
             // A closed channel means the server is stopping: nothing to ask.
             let _ = self.due.send(());
+        } else {
+            self.next_look = self.since.saturating_add(RECHECK_EVERY);
         }
     }
 
     /// A snapshot now covers everything applied (built, or installed from a leader).
     pub(crate) fn covered(&mut self) {
         self.since = 0;
-        self.checked_at = 0;
-        self.asked = false;
+        self.next_look = self.min_commands;
     }
 
     /// Commands since the last snapshot worth the next one for the state in `store`.
