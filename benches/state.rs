@@ -1,6 +1,7 @@
 //! Criterion benchmarks of the state layer: node upserts with plugin derivation at
-//! several cluster sizes, plugin denormalization, and the cost of jobs (a job
-//! registration, and an allocation write, with 1,000 jobs and 10k allocations).
+//! several cluster sizes, a batch of them applied as one replicated log entry is,
+//! plugin denormalization, and the cost of jobs (a job registration, and an
+//! allocation write, with 1,000 jobs and 10k allocations).
 //!
 //! The cluster follows the shape of the peer workload (see
 //! `../shared/peers/go-memdb/RESULTS.md` §4): every node runs node instances of two of
@@ -9,12 +10,12 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use schedstate::model::{
     Allocation, ClientStatus, CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPluginType, Id, Job,
     JobType, Node, Task, TaskCsiPlugin, TaskGroup,
 };
-use schedstate::state::StateStore;
+use schedstate::state::{Command, StateStore};
 
 #[path = "common/splitmix.rs"]
 mod splitmix;
@@ -84,21 +85,53 @@ fn upsert_node_txn(c: &mut Criterion) {
             b.iter(|| {
                 let i = g.intn(n);
                 let mut node = nodes[i].clone();
-                let key = node
-                    .csi_node_plugins
-                    .keys()
-                    .next()
-                    .cloned()
-                    .expect("fingerprint");
-                let mut f = (*node.csi_node_plugins[&key]).clone();
-                f.healthy = !f.healthy;
-                node.csi_node_plugins.insert(key, Arc::new(f));
+                flip_first_fingerprint(&mut node);
                 store.upsert_node(index, node).expect("upsert");
                 index += 1;
             });
         });
     }
     group.finish();
+}
+
+/// Flips the health of the first node fingerprint of `node`.
+fn flip_first_fingerprint(node: &mut Node) {
+    let key = node
+        .csi_node_plugins
+        .keys()
+        .next()
+        .cloned()
+        .expect("fingerprint");
+    let mut f = (*node.csi_node_plugins[&key]).clone();
+    f.healthy = !f.healthy;
+    node.csi_node_plugins.insert(key, Arc::new(f));
+}
+
+/// 32 node upserts (each flipping a fingerprint's health) in one `apply_batch`, as a
+/// replicated server applies one log entry under 64 writers (~32 commands per entry):
+/// one transaction, a savepoint per command.
+fn apply_batch(c: &mut Criterion) {
+    let (store, mut nodes, mut index) = cluster(1_000);
+    let mut g = SplitMix64(3002);
+    c.bench_function("apply_batch/32_node_upserts_of_1000", |b| {
+        b.iter_batched(
+            || {
+                (0..32)
+                    .map(|_| {
+                        let node = &mut nodes[g.intn(1_000)];
+                        flip_first_fingerprint(node);
+                        Command::UpsertNode { node: node.clone() }
+                    })
+                    .collect::<Vec<_>>()
+            },
+            |commands| {
+                let outcome = store.apply_batch(index, &commands).expect("batch");
+                index += 1;
+                outcome
+            },
+            BatchSize::SmallInput,
+        );
+    });
 }
 
 fn plugin_denormalize(c: &mut Criterion) {
@@ -224,6 +257,6 @@ fn flip_alloc(store: &StateStore, alloc: &Allocation, index: &mut u64, other: Cl
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).measurement_time(std::time::Duration::from_secs(3));
-    targets = upsert_node_txn, plugin_denormalize, job_writes
+    targets = upsert_node_txn, apply_batch, plugin_denormalize, job_writes
 }
 criterion_main!(benches);

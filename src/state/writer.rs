@@ -153,22 +153,23 @@ impl Writer {
             p.provider.clone_from(&info.provider);
             p.version.clone_from(&info.provider_version);
         }
-        let present = match kind {
-            InstanceKind::Controller => {
-                p.controller_required = info.requires_controller_plugin;
-                p.controllers.contains(node_id)
-            }
-            InstanceKind::Node => p.nodes.contains(node_id),
-        };
-        if present || info.healthy {
-            self.set_entry(kind, node_id, info)?;
+        if kind == InstanceKind::Controller {
+            p.controller_required = info.requires_controller_plugin;
         }
-        Ok(())
+        // An unhealthy report updates an instance but never adds one.
+        self.set_entry(kind, node_id, info, !info.healthy)
     }
 
     /// Records `info` as the `kind` instance of its plugin on `node_id` (the plugin
-    /// must be under edit), keeping the instance row in step.
-    fn set_entry(&mut self, kind: InstanceKind, node_id: &Id, info: &Arc<CsiInfo>) -> Result<()> {
+    /// must be under edit), keeping the instance row in step; with `only_if_present`,
+    /// only if the plugin has that instance already.
+    fn set_entry(
+        &mut self,
+        kind: InstanceKind,
+        node_id: &Id,
+        info: &Arc<CsiInfo>,
+        only_if_present: bool,
+    ) -> Result<()> {
         let Some(edit) = self.plugins.get_mut(&info.plugin_id) else {
             return Ok(());
         };
@@ -176,7 +177,11 @@ impl Writer {
             InstanceKind::Controller => &mut edit.plugin.controllers,
             InstanceKind::Node => &mut edit.plugin.nodes,
         };
+        // One search for both questions (is it there, is it the same), not two.
         let old = map.get(node_id);
+        if old.is_none() && only_if_present {
+            return Ok(());
+        }
         if old.is_some_and(|o| **o == **info) {
             // Same report (update time aside): nothing to change, nobody to wake.
             return Ok(());

@@ -38,10 +38,11 @@ pub struct WriteTxn {
 /// A change-set entry as it was before one write (`None`: absent).
 type Undo = ((TableId, Key), Option<(Option<Row>, Option<Row>)>);
 
-/// A transaction's state as of [`WriteTxn::savepoint`]: the tables (an O(1) copy of
-/// the persistent root) and a position in the transaction's undo journal.
+/// A transaction's state as of [`WriteTxn::savepoint`]: a position in the
+/// transaction's undo journal (and, in a restore transaction, which keeps no journal,
+/// an O(1) copy of the persistent root).
 pub struct Savepoint {
-    root: Root,
+    root: Option<Root>,
     journal_len: usize,
 }
 
@@ -116,6 +117,43 @@ pub struct CommitInfo {
     pub changes: Vec<Change>,
 }
 
+/// Sets the row at primary key `key` of `table` from `now` back to `was`, index
+/// entries included (a rollback: `was` held the key before, so no unique index can
+/// refuse it).
+fn put_back(root: &mut Root, table: TableId, key: &Key, now: Option<&Row>, was: Option<Row>) {
+    let schema = Arc::clone(&root.schema);
+    let def: &TableDef = &schema.tables[table];
+    let data = &mut root.tables[table];
+    let (mut old_keys, mut new_keys) = (Vec::new(), Vec::new());
+    for map in 1..data.maps.len() {
+        old_keys.clear();
+        new_keys.clear();
+        if let Some(now) = now {
+            def.map_keys(map, now, &mut old_keys);
+        }
+        if let Some(was) = &was {
+            def.map_keys(map, was, &mut new_keys);
+        }
+        let m = &mut data.maps[map];
+        for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
+            m.remove(k);
+        }
+        if let Some(was) = &was {
+            for k in &new_keys {
+                m.insert(k, Arc::clone(was));
+            }
+        }
+    }
+    match was {
+        Some(was) => {
+            data.maps[0].insert(key, was);
+        }
+        None => {
+            data.maps[0].remove(key);
+        }
+    }
+}
+
 fn same_row(a: &Option<Row>, b: &Option<Row>) -> bool {
     match (a, b) {
         (None, None) => true,
@@ -144,9 +182,14 @@ impl WriteTxn {
     }
 
     /// Marks the transaction's current state, to [`rollback_to`](Self::rollback_to)
-    /// later: O(1) — the tables are persistent maps, and the change set is restored
-    /// from an undo journal kept from the first savepoint on (so a batch of n
-    /// operations with a savepoint each costs O(n), not O(n²)).
+    /// later: O(1). From the first savepoint on, every write journals the change-set
+    /// entry it replaced; a rollback walks the journal back, putting each row it
+    /// names back in the tables (with its index entries) as it was at the savepoint.
+    /// So a batch of n operations with a savepoint each costs O(n), not O(n²), and
+    /// the tables are not shared with the savepoint: a write after it changes the
+    /// transaction's own nodes in place instead of copying their paths again (a copy
+    /// of the root per savepoint made every command of a replicated batch re-copy the
+    /// paths the commands before it had copied already).
     /// Lets one transaction hold several independent operations, each kept or undone
     /// on its own (a batch of commands where the rules refuse some).
     ///
@@ -169,7 +212,8 @@ impl WriteTxn {
     pub fn savepoint(&mut self) -> Savepoint {
         let journal = self.journal.get_or_insert_with(Vec::new);
         Savepoint {
-            root: self.root.clone(),
+            // A restore records no changes (so no journal): it keeps the tables.
+            root: self.restore.then(|| self.root.clone()),
             journal_len: journal.len(),
         }
     }
@@ -178,20 +222,33 @@ impl WriteTxn {
     /// every write since is undone, as if never made. The savepoint must come from
     /// this transaction (one from another transaction restores a foreign state).
     pub fn rollback_to(&mut self, savepoint: Savepoint) {
-        self.root = savepoint.root;
-        if let Some(journal) = &mut self.journal {
-            while journal.len() > savepoint.journal_len {
-                let Some((key, before)) = journal.pop() else {
-                    break;
-                };
-                match before {
-                    Some(entry) => {
-                        self.changes.insert(key, entry);
-                    }
-                    None => {
-                        self.changes.remove(&key);
-                    }
-                }
+        let tables_kept = savepoint.root.is_some();
+        if let Some(root) = savepoint.root {
+            self.root = root;
+        }
+        let Some(journal) = &mut self.journal else {
+            return;
+        };
+        // Newest first: when an entry is undone, the row its key holds in the tables
+        // is the one that write put there (every later write to the key is undone
+        // already), and the row to put back is the one the entry replaced.
+        while journal.len() > savepoint.journal_len {
+            let Some(((table, key), prior)) = journal.pop() else {
+                break;
+            };
+            let entry = match &prior {
+                Some(entry) => self.changes.insert((table, key.clone()), entry.clone()),
+                None => self.changes.remove(&(table, key.clone())),
+            };
+            let Some((before, now)) = entry else {
+                continue;
+            };
+            let was = match prior {
+                Some((_, was)) => was,
+                None => before,
+            };
+            if !tables_kept {
+                put_back(&mut self.root, table, &key, now.as_ref(), was);
             }
         }
     }

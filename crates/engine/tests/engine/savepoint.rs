@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use proptest::prelude::*;
 use schedstate_engine::{ChangeKind, Key, WriteTxn};
 
 use crate::support::{Fixture, item, key};
@@ -131,4 +132,87 @@ fn nested_savepoints_roll_back_to_the_one_named() {
     assert!(snap.view().get(f.items, &key("a")).is_some());
     assert!(snap.view().get(f.items, &key("b")).is_none());
     assert!(snap.view().get(f.items, &key("c")).is_none());
+}
+
+/// Rows and the `group` index's view as a transaction sees them.
+fn txn_view(f: &Fixture, txn: &WriteTxn) -> (Vec<(String, String, u64)>, Vec<String>) {
+    let view = txn.view();
+    let rows = view
+        .iter(f.items)
+        .map(|r| (r.id.clone(), r.group.clone(), r.n))
+        .collect();
+    let by_group = ["g0", "g1", "g2"]
+        .iter()
+        .flat_map(|g| {
+            view.index_eq(f.by_group, &Key::str(g))
+                .map(|r| format!("{g}:{}", r.id))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    (rows, by_group)
+}
+
+fn arb_op() -> impl Strategy<Value = (bool, u16, u8, u64)> {
+    // (delete?, id, group, n); ids from a range wide enough to split leaves.
+    (prop::bool::weighted(0.3), 0u16..400, 0u8..3, 0u64..4)
+}
+
+fn apply_op(f: &Fixture, txn: &mut WriteTxn, (del, id, group, n): (bool, u16, u8, u64)) {
+    let id = format!("i{id:03}");
+    if del {
+        txn.delete(f.items, &key(&id)).unwrap();
+    } else {
+        let group = format!("g{group}");
+        txn.insert(f.items, item(&id, &group, n)).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Groups of writes, each kept or rolled back, on top of committed rows: after
+    /// every group the transaction reads what a transaction holding only the kept
+    /// groups reads, through the table and its index; the commits give the same rows,
+    /// index entries and change set.
+    #[test]
+    fn rolled_back_groups_leave_what_the_kept_ones_alone_give(
+        base in prop::collection::vec(arb_op(), 0..300),
+        groups in prop::collection::vec(
+            (prop::collection::vec(arb_op(), 1..40), prop::bool::weighted(0.6)),
+            1..16,
+        ),
+    ) {
+        let batched = Fixture::new();
+        let model = Fixture::new();
+        for f in [&batched, &model] {
+            f.write(|txn| {
+                for op in &base {
+                    apply_op(f, txn, *op);
+                }
+            });
+        }
+        let mut txn = batched.db.begin_write(batched.db.last_applied() + 1).unwrap();
+        let mut expected = model.db.begin_write(model.db.last_applied() + 1).unwrap();
+        for (ops, keep) in &groups {
+            let mark = txn.savepoint();
+            for op in ops {
+                apply_op(&batched, &mut txn, *op);
+            }
+            if *keep {
+                for op in ops {
+                    apply_op(&model, &mut expected, *op);
+                }
+            } else {
+                txn.rollback_to(mark);
+            }
+            prop_assert_eq!(txn_view(&batched, &txn), txn_view(&model, &expected));
+        }
+        let info = txn.commit().unwrap();
+        let expected = expected.commit().unwrap();
+        prop_assert_eq!(
+            summary(&batched, &info.changes),
+            summary(&model, &expected.changes)
+        );
+        batched.db.snapshot().view().verify_indexes().unwrap();
+    }
 }
