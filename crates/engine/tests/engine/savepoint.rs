@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use schedstate_engine::{ChangeKind, Key, WriteTxn};
+use schedstate_engine::{ChangeKind, Key, View, WriteTxn};
 
 use crate::support::{Fixture, item, key};
 
@@ -35,15 +35,16 @@ type Summary = (
     Vec<(String, ChangeKind)>,
 );
 
-/// Rows, the `group` index's view, and the commit's change set.
-fn summary(f: &Fixture, changes: &[schedstate_engine::Change]) -> Summary {
-    let snap = f.db.snapshot();
-    let view = snap.view();
+/// The groups the tests file rows under: the scenarios' and the property test's.
+const GROUPS: [&str; 5] = ["a", "b", "g0", "g1", "g2"];
+
+/// Rows and the `group` index's view, as `view` sees them.
+fn contents(f: &Fixture, view: &View<'_>) -> (Vec<(String, String, u64)>, Vec<String>) {
     let rows = view
         .iter(f.items)
         .map(|r| (r.id.clone(), r.group.clone(), r.n))
         .collect();
-    let by_group = ["a", "b"]
+    let by_group = GROUPS
         .iter()
         .flat_map(|g| {
             view.index_eq(f.by_group, &Key::str(g))
@@ -51,6 +52,13 @@ fn summary(f: &Fixture, changes: &[schedstate_engine::Change]) -> Summary {
                 .collect::<Vec<_>>()
         })
         .collect();
+    (rows, by_group)
+}
+
+/// Rows, the `group` index's view, and the commit's change set.
+fn summary(f: &Fixture, changes: &[schedstate_engine::Change]) -> Summary {
+    let snap = f.db.snapshot();
+    let (rows, by_group) = contents(f, &snap.view());
     let changes = changes
         .iter()
         .map(|c| (format!("{:?}", c.key()), c.kind()))
@@ -134,24 +142,6 @@ fn nested_savepoints_roll_back_to_the_one_named() {
     assert!(snap.view().get(f.items, &key("c")).is_none());
 }
 
-/// Rows and the `group` index's view as a transaction sees them.
-fn txn_view(f: &Fixture, txn: &WriteTxn) -> (Vec<(String, String, u64)>, Vec<String>) {
-    let view = txn.view();
-    let rows = view
-        .iter(f.items)
-        .map(|r| (r.id.clone(), r.group.clone(), r.n))
-        .collect();
-    let by_group = ["g0", "g1", "g2"]
-        .iter()
-        .flat_map(|g| {
-            view.index_eq(f.by_group, &Key::str(g))
-                .map(|r| format!("{g}:{}", r.id))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    (rows, by_group)
-}
-
 fn arb_op() -> impl Strategy<Value = (bool, u16, u8, u64)> {
     // (delete?, id, group, n); ids from a range wide enough to split leaves.
     (prop::bool::weighted(0.3), 0u16..400, 0u8..3, 0u64..4)
@@ -205,7 +195,7 @@ proptest! {
             } else {
                 txn.rollback_to(mark);
             }
-            prop_assert_eq!(txn_view(&batched, &txn), txn_view(&model, &expected));
+            prop_assert_eq!(contents(&batched, &txn.view()), contents(&model, &expected.view()));
         }
         let info = txn.commit().unwrap();
         let expected = expected.commit().unwrap();
