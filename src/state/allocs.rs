@@ -9,16 +9,19 @@ use crate::model::{Allocation, DesiredStatus, Id};
 use super::error::{Result, StateError};
 use super::expectations::{alloc_changed, any_jobs};
 use super::jobs::check_alloc_job;
+use super::shared_ids::{SharedIds, reuse_alloc_ids};
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
 pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
     // An empty id is an input rule (`input.rs`).
     let jobs = any_jobs(w);
+    let mut shared = (allocs.len() > 1).then(<[SharedIds; 4]>::default);
     for mut alloc in allocs {
-        // Borrowed: only the create index is needed, not a counted reference.
+        // Borrowed: only the create index and the ids to share are needed.
         let existing = w.txn.view().get_value(w.t.allocs, &Key::str(&alloc.id));
         alloc.create_index = existing.map_or(w.index, |a| a.create_index);
+        share_ids(w, &mut alloc, existing, shared.as_mut());
         alloc.modify_index = w.index;
         let server_terminal = alloc.server_terminal();
         let alloc = Arc::new(alloc);
@@ -45,6 +48,41 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
         }
     }
     w.flush_plugins()
+}
+
+/// Points the allocation's ids at copies the state or this command already holds
+/// (`shared_ids.rs`): the replaced row's, an earlier row's of the command, the node's.
+fn share_ids(
+    w: &Writer,
+    alloc: &mut Allocation,
+    existing: Option<&Allocation>,
+    shared: Option<&mut [SharedIds; 4]>,
+) {
+    if let Some(old) = existing {
+        reuse_alloc_ids(alloc, old);
+    }
+    let node_kept = existing.is_some_and(|old| Arc::ptr_eq(&old.node_id, &alloc.node_id));
+    let node_row = |id: &Id| -> Option<Id> {
+        if node_kept || id.is_empty() {
+            return None;
+        }
+        let view = w.txn.view();
+        view.get_value(w.t.nodes, &Key::str(id))
+            .map(|n| n.id.clone())
+    };
+    match shared {
+        Some([namespaces, jobs, groups, nodes]) => {
+            namespaces.share(&mut alloc.namespace);
+            jobs.share(&mut alloc.job_id);
+            groups.share(&mut alloc.task_group);
+            nodes.share_or(&mut alloc.node_id, node_row);
+        }
+        None => {
+            if let Some(id) = node_row(&alloc.node_id) {
+                alloc.node_id = id;
+            }
+        }
+    }
 }
 
 /// Stops allocations: desired status `stop`, as an upsert of the stored row with

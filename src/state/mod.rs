@@ -58,6 +58,7 @@ mod nodes;
 mod read;
 mod reader;
 mod restore;
+mod shared_ids;
 mod snapshot;
 mod store;
 mod table;

@@ -7,6 +7,7 @@ use crate::model::{Id, Node, NodeStatus};
 
 use super::error::{Result, StateError};
 use super::expectations::node_eligibility_changed;
+use super::shared_ids::reuse_node_parts;
 use super::tables::InstanceKind;
 use super::writer::Writer;
 
@@ -32,6 +33,9 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
     let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
     node.create_index = existing.map_or(w.index, |n| n.create_index);
     let was_eligible = existing.is_some_and(|n| n.eligible);
+    if let Some(old) = existing {
+        reuse_node_parts(&mut node, old);
+    }
     node.modify_index = w.index;
     let node = Arc::new(node);
     w.txn.insert(w.t.nodes, Arc::clone(&node))?;

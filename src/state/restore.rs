@@ -10,6 +10,7 @@ use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 
 use super::error::Result;
 use super::read::StateView;
+use super::shared_ids::SharedIds;
 use super::snapshot::StateSnapshot;
 use super::store::StateStore;
 use super::table::Table;
@@ -23,6 +24,10 @@ pub(crate) struct Restore {
     /// Rows gathered; every map is built at once when the restore commits.
     txn: BulkLoad,
     t: Tables,
+    /// Namespaces, jobs, task groups and node ids seen so far: decoded rows share
+    /// them, as applied ones do (`shared_ids.rs`), so a state restored from a
+    /// snapshot takes no more heap than the one it was taken from.
+    ids: [SharedIds; 4],
 }
 
 impl StateStore {
@@ -32,6 +37,7 @@ impl StateStore {
         Restore {
             txn: self.db().begin_bulk_restore(last_applied),
             t: self.tables(),
+            ids: Default::default(),
         }
     }
 }
@@ -57,7 +63,8 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors (none expected for these tables).
-    pub(crate) fn node(&mut self, node: Node) -> Result<()> {
+    pub(crate) fn node(&mut self, mut node: Node) -> Result<()> {
+        self.ids[3].share(&mut node.id);
         self.txn.insert(self.t.nodes, Arc::new(node))?;
         Ok(())
     }
@@ -66,7 +73,12 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors.
-    pub(crate) fn alloc(&mut self, alloc: Allocation) -> Result<()> {
+    pub(crate) fn alloc(&mut self, mut alloc: Allocation) -> Result<()> {
+        let [namespaces, jobs, groups, nodes] = &mut self.ids;
+        namespaces.share(&mut alloc.namespace);
+        jobs.share(&mut alloc.job_id);
+        groups.share(&mut alloc.task_group);
+        nodes.share(&mut alloc.node_id);
         self.txn.insert(self.t.allocs, Arc::new(alloc))?;
         Ok(())
     }

@@ -479,3 +479,30 @@ fn owned_applies_log_the_same_records_as_borrowed_ones() {
     assert_eq!(log(&borrowed_dir), log(&owned_dir), "log bytes differ");
     reopen_and_check(owned_dir.path(), &expected, &accepted);
 }
+
+/// A restored state shares its rows' repeated ids as an applied one does
+/// (`shared_ids.rs`): every allocation's namespace, job and task group one copy, its
+/// node id the node row's.
+#[test]
+fn a_restored_state_shares_repeated_ids() {
+    use crate::support::{node, running, up, up_allocs};
+
+    let store = StateStore::new();
+    up(&store, 1, node("n1"));
+    up_allocs(&store, 2, vec![running("x1", "n1"), running("x2", "n1")]);
+    let mut bytes = Vec::new();
+    store.snapshot_to(&mut bytes).expect("snapshot");
+    let restored = StateStore::new();
+    restored
+        .restore_from(&mut bytes.as_slice())
+        .expect("restore");
+    let snap = restored.snapshot();
+    let view = snap.view();
+    let (x1, x2) = (view.alloc("x1").unwrap(), view.alloc("x2").unwrap());
+    assert!(Arc::ptr_eq(&x1.namespace, &x2.namespace));
+    assert!(Arc::ptr_eq(&x1.job_id, &x2.job_id));
+    assert!(Arc::ptr_eq(&x1.task_group, &x2.task_group));
+    assert!(Arc::ptr_eq(&x1.node_id, &view.node("n1").unwrap().id));
+    assert!(Arc::ptr_eq(&x2.node_id, &x1.node_id));
+    assert_eq!(canonical(&restored), canonical(&store));
+}

@@ -1603,3 +1603,93 @@ fn stopping_an_unknown_alloc_stops_none() {
         .unwrap_err();
     assert_eq!(err.kind(), "EmptyRequest");
 }
+
+/// Rows decoded from one command share their repeated ids (`shared_ids.rs`): the
+/// values are the same, only fewer heap copies stay behind.
+#[test]
+fn allocations_share_repeated_ids_with_each_other_their_node_and_their_old_row() {
+    let store = StateStore::new();
+    up(&store, 1, node("n1"));
+    // Every field of every alloc is its own heap copy, as when decoded.
+    up_allocs(
+        &store,
+        2,
+        vec![
+            running("x1", "n1"),
+            running("x2", "n1"),
+            running("y1", "n2"),
+        ],
+    );
+    let view = store.snapshot();
+    let view = view.view();
+    let row = |id: &str| view.alloc(id).unwrap();
+    let (x1, x2, y1) = (row("x1"), row("x2"), row("y1"));
+    let node_id = view.node("n1").unwrap().id.clone();
+    for other in [&x2, &y1] {
+        assert!(Arc::ptr_eq(&x1.namespace, &other.namespace));
+        assert!(Arc::ptr_eq(&x1.job_id, &other.job_id));
+        assert!(Arc::ptr_eq(&x1.task_group, &other.task_group));
+    }
+    assert!(Arc::ptr_eq(&x1.node_id, &node_id), "the node row's copy");
+    assert!(Arc::ptr_eq(&x2.node_id, &node_id));
+    assert_eq!((&*y1.node_id, &*y1.job_id), ("n2", "plugin-job"));
+
+    // One alloc per command: an update shares with the row it replaces, a new alloc
+    // its node id with the node's row.
+    up_allocs(&store, 3, vec![stopped("y1", "n2")]);
+    up_allocs(&store, 4, vec![running("z1", "n1")]);
+    let view = store.snapshot();
+    let view = view.view();
+    let (y1_new, z1) = (view.alloc("y1").unwrap(), view.alloc("z1").unwrap());
+    assert_eq!((y1_new.create_index, y1_new.modify_index), (2, 3));
+    assert!(Arc::ptr_eq(&y1_new.id, &y1.id));
+    assert!(Arc::ptr_eq(&y1_new.namespace, &y1.namespace));
+    assert!(Arc::ptr_eq(&y1_new.job_id, &y1.job_id));
+    assert!(Arc::ptr_eq(&y1_new.node_id, &y1.node_id));
+    assert!(Arc::ptr_eq(&z1.node_id, &node_id));
+    assert_eq!(
+        *y1_new,
+        Allocation {
+            create_index: 2,
+            modify_index: 3,
+            ..stopped("y1", "n2")
+        }
+    );
+    assert_invariants(&store);
+}
+
+/// A node written again with the same fingerprints keeps the stored copies (its
+/// plugins hold them too); a changed or newly timed one is taken as sent.
+#[test]
+fn a_rewritten_node_keeps_its_identical_fingerprints() {
+    let store = StateStore::new();
+    let first = node("n1")
+        .node(Fp::node("ebs", "a1").at(10))
+        .node(Fp::node("nfs", "f1").at(10));
+    up(&store, 1, first);
+    let stored = store.snapshot().view().node("n1").unwrap();
+    // Every part a fresh copy, as when decoded; nfs reported again later.
+    let again = node("n1")
+        .node(Fp::node("ebs", "a1").at(10))
+        .node(Fp::node("nfs", "f1").at(11));
+    up(&store, 2, again);
+    let snap = store.snapshot();
+    let view = snap.view();
+    let row = view.node("n1").unwrap();
+    assert_eq!(row.modify_index, 2);
+    assert!(Arc::ptr_eq(&row.id, &stored.id));
+    let ebs = row.csi_node_plugins.get("ebs").unwrap();
+    assert!(Arc::ptr_eq(
+        ebs,
+        stored.csi_node_plugins.get("ebs").unwrap()
+    ));
+    let plugin = view.csi_plugin("ebs").unwrap();
+    assert!(Arc::ptr_eq(ebs, plugin.nodes.get("n1").unwrap()));
+    let nfs = row.csi_node_plugins.get("nfs").unwrap();
+    assert_eq!(nfs.update_time, 11);
+    assert!(!Arc::ptr_eq(
+        nfs,
+        stored.csi_node_plugins.get("nfs").unwrap()
+    ));
+    assert_invariants(&store);
+}

@@ -492,13 +492,14 @@ async fn run(f: Flags) {
         let errors = clients.stop(handles).await;
         let cpu = own_cpu_secs() - cpu_before;
         let leader_id = cluster.wait_leader(None).await.id();
-        let (mut le, mut lf, mut fe, mut ff) = (0u64, 0u64, 0u64, 0u64);
+        let (mut le, mut lf, mut fe, mut ff, mut reads) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for srv in cluster.live() {
             let now = srv.log_stats();
             let Some((_, before)) = stats_before.iter().find(|(id, _)| *id == srv.id()) else {
                 continue;
             };
             let (e, fs) = (now.entries - before.entries, now.fsyncs - before.fsyncs);
+            reads += now.disk_reads - before.disk_reads;
             if srv.id() == leader_id {
                 (le, lf) = (le + e, lf + fs);
             } else {
@@ -543,6 +544,7 @@ async fn run(f: Flags) {
                     "follower_entries_per_fsync",
                     (fe as f64 / ff.max(1) as f64 * 100.0).round() / 100.0,
                 ),
+                ("log_disk_reads", reads as f64),
                 (
                     "process_cores",
                     (cpu / (f.secs + f.warmup) * 100.0).round() / 100.0,
@@ -551,6 +553,26 @@ async fn run(f: Flags) {
                 ("drain_ms", drain.as_secs_f64() * 1e3),
                 ("errors", errors as f64),
                 ("hash_equal", f64::from(u8::from(hash_equal))),
+            ],
+        );
+    }
+
+    // After the write phases every node has been rewritten many times over: what a
+    // replica keeps in steady state, the log's cache of recent entries included.
+    if !f.clients.is_empty() {
+        for s in cluster.live() {
+            s.reader().db().reclaim();
+        }
+        rep.emit(
+            "memory_after_writes",
+            0.0,
+            0,
+            &[
+                (
+                    "heap_alloc_mib",
+                    alloc_counter::mib(alloc_counter::live_bytes()),
+                ),
+                ("rss_mib", alloc_counter::mib(alloc_counter::rss_bytes())),
             ],
         );
     }

@@ -225,6 +225,11 @@ async fn a_replication_batch_stops_near_a_mebibyte_and_never_comes_back_empty() 
     for (i, e) in batch.iter().enumerate() {
         assert_eq!(e.log_id.index, i as u64);
     }
+    // The oldest entries are past the 1 MiB cache: each was read back from its segment.
+    assert_eq!(log.stats().disk_reads, batch.len() as u64);
+    // The newest are still cached.
+    assert_eq!(log.try_get_log_entries(95..100).await.unwrap().len(), 5);
+    assert_eq!(log.stats().disk_reads, batch.len() as u64);
     // The whole range is still there for whoever asks for all of it.
     assert_eq!(log.try_get_log_entries(0..100).await.unwrap().len(), 100);
 

@@ -1,0 +1,177 @@
+//! One copy of each repeated id string among the rows a command writes.
+//!
+//! A row decoded from a command (a Raft entry, the write-ahead log, an HTTP body)
+//! carries its own copy of every string in it. The allocations of one plan share a
+//! namespace, a few jobs and task groups and one node id per node, yet a thousand of
+//! them arrive as five thousand separate heap strings, and every replica keeps them
+//! all: in the replicated benchmark's preload they were a fifth of the heap. An [`Id`]
+//! is a shared string, so a row can point at a copy another row already holds.
+//!
+//! Sharing changes no value, only which heap copy a row points at: nothing a read,
+//! an index or a snapshot sees depends on it, so replicas need not share alike.
+//! Where a copy comes from, cheapest first:
+//! - the row this write replaces (an update of an allocation names the same job,
+//!   group and node as before);
+//! - an earlier row of the same command ([`SharedIds`], only for commands with more
+//!   than one row: a set per field and command, dropped at its end, so nothing is
+//!   kept alive past the rows that use it);
+//! - for a node id, the node's own row.
+//!
+//! A node row written again (a client re-registering) likewise keeps its stored id
+//! and every fingerprint identical to the stored one ([`reuse_node_parts`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::model::{Allocation, Id, Node};
+
+/// The distinct values of one field seen so far in one command.
+#[derive(Default)]
+pub(crate) struct SharedIds {
+    /// The previous row's value: rows of one plan or one node mostly repeat it, and a
+    /// comparison with it is cheaper than a hash.
+    last: Option<Id>,
+    /// Seeded per process (foldhash's `RandomState`): the ids come from commands, so a
+    /// fixed hash would let a crafted command make every insert collide.
+    seen: HashSet<Id, foldhash::fast::RandomState>,
+}
+
+impl SharedIds {
+    /// Points `id` at the first equal id this set saw, or remembers it. Returns
+    /// whether an earlier copy was found.
+    pub(crate) fn share(&mut self, id: &mut Id) -> bool {
+        self.share_or(id, |_| None)
+    }
+
+    /// As [`share`](Self::share), but an id this set has not seen is first offered
+    /// to `elsewhere`, whose copy (if any) the set then remembers.
+    pub(crate) fn share_or(
+        &mut self,
+        id: &mut Id,
+        elsewhere: impl FnOnce(&Id) -> Option<Id>,
+    ) -> bool {
+        // Already the same copy: nothing to do, and no reference count touched (the
+        // rows of one command often share their strings already, e.g. a plan built
+        // in memory and applied without a decode).
+        if let Some(last) = &self.last {
+            if Arc::ptr_eq(last, id) {
+                return true;
+            }
+            if last == id {
+                *id = last.clone();
+                return true;
+            }
+        }
+        let found = match self.seen.get(id) {
+            Some(first) => {
+                if !Arc::ptr_eq(first, id) {
+                    *id = first.clone();
+                }
+                true
+            }
+            None => {
+                if let Some(copy) = elsewhere(id) {
+                    *id = copy;
+                }
+                self.seen.insert(id.clone());
+                false
+            }
+        };
+        self.last = Some(id.clone());
+        found
+    }
+}
+
+/// Points `id` at `old` when they are equal strings.
+pub(crate) fn reuse(id: &mut Id, old: &Id) {
+    if *id == *old {
+        *id = old.clone();
+    }
+}
+
+/// Points the allocation's job, group and node ids at the row it replaces, where
+/// they are unchanged.
+pub(crate) fn reuse_alloc_ids(alloc: &mut Allocation, old: &Allocation) {
+    reuse(&mut alloc.id, &old.id);
+    reuse(&mut alloc.namespace, &old.namespace);
+    reuse(&mut alloc.job_id, &old.job_id);
+    reuse(&mut alloc.task_group, &old.task_group);
+    reuse(&mut alloc.node_id, &old.node_id);
+}
+
+/// Points the node's id, and each fingerprint identical to the one the row it
+/// replaces holds (update time included), at the stored copies. A node re-registers
+/// with mostly the same fingerprints; the plugin's instance keeps the stored one, so
+/// without this a re-registered node and its plugins would hold two copies of each.
+pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
+    reuse(&mut node.id, &old.id);
+    let maps = [
+        (
+            &mut node.csi_controller_plugins,
+            &old.csi_controller_plugins,
+        ),
+        (&mut node.csi_node_plugins, &old.csi_node_plugins),
+    ];
+    for (new, old) in maps {
+        for info in new.values_mut() {
+            if let Some(stored) = old.get(&info.plugin_id)
+                && !Arc::ptr_eq(stored, info)
+                && stored.update_time == info.update_time
+                && **stored == **info
+            {
+                *info = Arc::clone(stored);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_equal_id_points_at_the_first_copy() {
+        let mut ids = SharedIds::default();
+        let mut a: Id = Id::from("job-1");
+        let mut b: Id = Id::from("job-1");
+        let mut c: Id = Id::from("job-2");
+        assert!(!ids.share(&mut a));
+        assert!(ids.share(&mut b));
+        assert!(!ids.share(&mut c));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(&*c, "job-2");
+        let node: Id = Id::from("n1");
+        let mut ids = SharedIds::default();
+        let (mut d, mut e) = (Id::from("n1"), Id::from("n1"));
+        assert!(!ids.share_or(&mut d, |_| Some(node.clone())));
+        assert!(ids.share_or(&mut e, |_| panic!("asked again")));
+        assert!(Arc::ptr_eq(&d, &node) && Arc::ptr_eq(&e, &node));
+    }
+
+    #[test]
+    fn reuse_takes_only_equal_strings() {
+        let old = Allocation {
+            id: Id::from("a1"),
+            namespace: Id::from("default"),
+            job_id: Id::from("web"),
+            task_group: Id::from("tg"),
+            node_id: Id::from("n1"),
+            ..Default::default()
+        };
+        let mut new = Allocation {
+            id: Id::from("a1"),
+            namespace: Id::from("default"),
+            job_id: Id::from("api"),
+            task_group: Id::from("tg"),
+            node_id: Id::from("n2"),
+            ..Default::default()
+        };
+        reuse_alloc_ids(&mut new, &old);
+        assert!(Arc::ptr_eq(&new.id, &old.id));
+        assert!(Arc::ptr_eq(&new.namespace, &old.namespace));
+        assert!(Arc::ptr_eq(&new.task_group, &old.task_group));
+        assert_eq!(&*new.job_id, "api");
+        assert_eq!(&*new.node_id, "n2");
+    }
+}
