@@ -218,6 +218,13 @@ impl<'de> Deserialize<'de> for Fingerprints {
                     entries: Vec::with_capacity(access.size_hint().unwrap_or(0).min(16)),
                 };
                 while let Some((k, v)) = access.next_entry::<Id, Arc<CsiInfo>>()? {
+                    // Filed under its own plugin id (the store refuses anything else):
+                    // one heap copy of the id for the key and the fingerprint, not two.
+                    let k = if k == v.plugin_id {
+                        Arc::clone(&v.plugin_id)
+                    } else {
+                        k
+                    };
                     f.insert(k, v);
                 }
                 Ok(f)
@@ -275,6 +282,28 @@ mod tests {
         assert_eq!(bytes, postcard::to_allocvec(&m).expect("encode"));
         let back: Fingerprints = postcard::from_bytes(&bytes).expect("decode");
         assert_eq!(back, f);
+    }
+
+    #[test]
+    fn a_decoded_key_shares_its_fingerprints_plugin_id() {
+        let filed = |key: &str, plugin: &str| {
+            let info = Arc::new(CsiInfo {
+                plugin_id: plugin.into(),
+                ..CsiInfo::default()
+            });
+            (Id::from(key), info)
+        };
+        let f: Fingerprints = [filed("ebs", "ebs"), filed("nfs", "other")]
+            .into_iter()
+            .collect();
+        let bytes = postcard::to_allocvec(&f).expect("encode");
+        let back: Fingerprints = postcard::from_bytes(&bytes).expect("decode");
+        assert_eq!(back, f);
+        let (ebs_key, ebs) = back.iter().next().expect("ebs");
+        assert!(Arc::ptr_eq(ebs_key, &ebs.plugin_id));
+        // A key that is not its fingerprint's plugin id stays as it was sent.
+        let (nfs_key, nfs) = back.iter().nth(1).expect("nfs");
+        assert_eq!((&**nfs_key, &*nfs.plugin_id), ("nfs", "other"));
     }
 
     #[test]
