@@ -182,7 +182,8 @@ impl Writer {
         if old.is_none() && only_if_present {
             return Ok(());
         }
-        if old.is_some_and(|o| **o == **info) {
+        // The same copy when the node row kept its stored fingerprint (`shared_ids.rs`).
+        if old.is_some_and(|o| Arc::ptr_eq(o, info) || **o == **info) {
             // Same report (update time aside): nothing to change, nobody to wake.
             return Ok(());
         }
