@@ -9,14 +9,14 @@ use crate::model::{Allocation, DesiredStatus, Id};
 use super::error::{Result, StateError};
 use super::expectations::{alloc_changed, any_jobs};
 use super::jobs::check_alloc_job;
-use super::shared_ids::{SharedIds, reuse_alloc_ids};
+use super::shared_ids::{AllocIds, reuse_alloc_ids};
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
 pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
     // An empty id is an input rule (`input.rs`).
     let jobs = any_jobs(w);
-    let mut shared = (allocs.len() > 1).then(<[SharedIds; 4]>::default);
+    let mut shared = (allocs.len() > 1).then(AllocIds::default);
     for mut alloc in allocs {
         // Borrowed: only the create index and the ids to share are needed.
         let existing = w.txn.view().get_value(w.t.allocs, &Key::str(&alloc.id));
@@ -56,7 +56,7 @@ fn share_ids(
     w: &Writer,
     alloc: &mut Allocation,
     existing: Option<&Allocation>,
-    shared: Option<&mut [SharedIds; 4]>,
+    shared: Option<&mut AllocIds>,
 ) {
     if let Some(old) = existing {
         reuse_alloc_ids(alloc, old);
@@ -71,12 +71,7 @@ fn share_ids(
             .map(|n| n.id.clone())
     };
     match shared {
-        Some([namespaces, jobs, groups, nodes]) => {
-            namespaces.share(&mut alloc.namespace);
-            jobs.share(&mut alloc.job_id);
-            groups.share(&mut alloc.task_group);
-            nodes.share_or(&mut alloc.node_id, node_row);
-        }
+        Some(ids) => ids.share(alloc, node_row),
         None => {
             if let Some(id) = node_row(&alloc.node_id) {
                 alloc.node_id = id;

@@ -10,7 +10,7 @@ use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 
 use super::error::Result;
 use super::read::StateView;
-use super::shared_ids::SharedIds;
+use super::shared_ids::AllocIds;
 use super::snapshot::StateSnapshot;
 use super::store::StateStore;
 use super::table::Table;
@@ -27,7 +27,7 @@ pub(crate) struct Restore {
     /// Namespaces, jobs, task groups and node ids seen so far: decoded rows share
     /// them, as applied ones do (`shared_ids.rs`), so a state restored from a
     /// snapshot takes no more heap than the one it was taken from.
-    ids: [SharedIds; 4],
+    ids: AllocIds,
 }
 
 impl StateStore {
@@ -64,7 +64,7 @@ impl Restore {
     /// # Errors
     /// Only engine errors (none expected for these tables).
     pub(crate) fn node(&mut self, mut node: Node) -> Result<()> {
-        self.ids[3].share(&mut node.id);
+        self.ids.share_node_id(&mut node.id);
         self.txn.insert(self.t.nodes, Arc::new(node))?;
         Ok(())
     }
@@ -74,11 +74,7 @@ impl Restore {
     /// # Errors
     /// Only engine errors.
     pub(crate) fn alloc(&mut self, mut alloc: Allocation) -> Result<()> {
-        let [namespaces, jobs, groups, nodes] = &mut self.ids;
-        namespaces.share(&mut alloc.namespace);
-        jobs.share(&mut alloc.job_id);
-        groups.share(&mut alloc.task_group);
-        nodes.share(&mut alloc.node_id);
+        self.ids.share(&mut alloc, |_| None);
         self.txn.insert(self.t.allocs, Arc::new(alloc))?;
         Ok(())
     }

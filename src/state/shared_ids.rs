@@ -82,15 +82,45 @@ impl SharedIds {
     }
 }
 
-/// Points `id` at `old` when they are equal strings.
+/// The sets of one command (or one restore) for the ids allocations repeat.
+#[derive(Default)]
+pub(crate) struct AllocIds {
+    namespaces: SharedIds,
+    jobs: SharedIds,
+    groups: SharedIds,
+    nodes: SharedIds,
+}
+
+impl AllocIds {
+    /// Points the allocation's namespace, job and task group at an earlier row's
+    /// copy, and its node id at an earlier row's or else at `node_row`'s.
+    pub(crate) fn share(
+        &mut self,
+        alloc: &mut Allocation,
+        node_row: impl FnOnce(&Id) -> Option<Id>,
+    ) {
+        self.namespaces.share(&mut alloc.namespace);
+        self.jobs.share(&mut alloc.job_id);
+        self.groups.share(&mut alloc.task_group);
+        self.nodes.share_or(&mut alloc.node_id, node_row);
+    }
+
+    /// Remembers a node's id (or points it at an earlier copy), for the allocations
+    /// placed on it.
+    pub(crate) fn share_node_id(&mut self, id: &mut Id) {
+        self.nodes.share(id);
+    }
+}
+
+/// Points `id` at `old` when they are equal strings (and not the same copy already).
 pub(crate) fn reuse(id: &mut Id, old: &Id) {
-    if *id == *old {
+    if !Arc::ptr_eq(id, old) && *id == *old {
         *id = old.clone();
     }
 }
 
-/// Points the allocation's job, group and node ids at the row it replaces, where
-/// they are unchanged.
+/// Points the allocation's id, namespace, job, task group and node id at the row it
+/// replaces, where they are unchanged.
 pub(crate) fn reuse_alloc_ids(alloc: &mut Allocation, old: &Allocation) {
     reuse(&mut alloc.id, &old.id);
     reuse(&mut alloc.namespace, &old.namespace);
