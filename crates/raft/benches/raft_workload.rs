@@ -694,7 +694,7 @@ async fn run(f: Flags) {
             (
                 "nothing_lost",
                 f64::from(u8::from(
-                    missing == 0 && hash_equal && verify_ok && cluster.live().len() == 3,
+                    missing == 0 && hash_equal && verify_ok && cluster.live().len() == f.servers,
                 )),
             ),
             ("live_servers", cluster.live().len() as f64),
