@@ -611,7 +611,8 @@ impl DurableStore {
             let (pause, _) = inner.store.pause_writes();
             let mut wal = inner.wal.lock();
             self.refuse_if_poisoned()?;
-            if let Err(e) = wal.sync() {
+            // No more records go to this segment: cut its preallocated zeros.
+            if let Err(e) = wal.seal() {
                 drop(wal);
                 drop(pause);
                 self.fail_sync(&e);

@@ -110,6 +110,28 @@ pub(crate) fn write_all(mut file: &File, path: &Path, bytes: &[u8]) -> Result<()
     }
 }
 
+/// Opens an existing file to read it and to write at positions of its own choosing
+/// (not appending): a log segment with preallocated zeros after its records.
+pub(crate) fn open_write(path: &Path) -> Result<File> {
+    guarded(Op::Create, path, || {
+        OpenOptions::new().read(true).write(true).open(path)
+    })
+}
+
+/// Writes `len` zero bytes to `file` at its position. A failure may leave some of
+/// them written.
+pub(crate) fn write_zeros(file: &File, path: &Path, len: u64) -> Result<()> {
+    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+    let mut left = len;
+    while left > 0 {
+        // Bounded by ZEROS.len(), so the cast cannot truncate.
+        let n = left.min(ZEROS.len() as u64) as usize;
+        write_all(file, path, &ZEROS[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
 /// Flushes a file's data to disk (`fdatasync`).
 pub(crate) fn sync_data(file: &File, path: &Path) -> Result<()> {
     guarded(Op::Sync, path, || file.sync_data())

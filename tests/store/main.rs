@@ -17,6 +17,7 @@ mod persist_golden;
 mod persist_golden_v2;
 mod persist_group;
 mod persist_modes;
+mod persist_prealloc;
 mod persist_repair;
 mod persist_roundtrip;
 mod state_acl;

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use crate::support::persist::{
     Gen, SEGMENT_HEADER, assert_same_files, craft_segment, error_path, fast, file_name, files,
-    kind, record_spans, replay_bytes, reset_dir, run_durable, seg_name, segments, snapshots,
+    kind, only_records, record_spans, replay_bytes, reset_dir, run_durable, seg_name, segments,
+    snapshots, trim_zero_tails,
 };
 use crate::support::{TempDir, assert_invariants, canonical};
 use schedstate::persist::{
@@ -40,6 +41,7 @@ impl Fixture {
         db.compact().expect("compact");
         accepted.extend(run_durable(&db, &mut g, after));
         drop(db);
+        trim_zero_tails(dir.path());
         assert_eq!(snapshots(dir.path()).len(), 1);
         assert_eq!(segments(dir.path()).len(), 1);
         Fixture {
@@ -264,10 +266,10 @@ impl Chain {
             let now = run_durable(&db, &mut g, per_round);
             per_segment.push(now.len());
             accepted.extend(now);
-            // The segment as it is when the next compaction rotates it (compaction
-            // appends nothing to it).
+            // The segment as it is when the next compaction rotates it: compaction
+            // appends nothing to it and cuts the zeros preallocated after its records.
             let seg = segments(dir.path()).pop().unwrap();
-            parts.insert(file_name(&seg), fs::read(&seg).unwrap());
+            parts.insert(file_name(&seg), only_records(fs::read(&seg).unwrap()));
             if round < 2 {
                 db.compact().unwrap();
                 let snap = snapshots(dir.path()).pop().unwrap();

@@ -9,7 +9,7 @@ use schedstate::state::Command;
 
 use crate::support::TempDir;
 use crate::support::persist::{
-    Gen, files, options, record_spans, replay_bytes, segments, snapshots,
+    Gen, files, options, record_spans, replay_bytes, segments, snapshots, trim_zero_tails,
 };
 
 /// A data directory and the commands it accepted, in order.
@@ -31,6 +31,8 @@ fn built(tag: &str, n: usize) -> Built {
             accepted.push((index, cmd));
         }
     }
+    drop(db);
+    trim_zero_tails(dir.path());
     Built { dir, accepted }
 }
 
@@ -140,6 +142,7 @@ fn segments_after_the_damaged_one_are_moved_aside() {
     for snap in snapshots(b.dir.path()) {
         fs::remove_file(snap).expect("remove snapshot");
     }
+    trim_zero_tails(b.dir.path());
     assert!(state(b.dir.path()).0 == replay_bytes(&accepted));
     let segs = segments(b.dir.path());
     assert_eq!(segs.len(), 3);

@@ -407,7 +407,7 @@ impl LogStore {
 
     /// Closes the current segment (fsynced) and starts segment seq+1 after `prev`.
     fn roll(&self, log: &mut Log, prev: u64) -> Result<(), PersistError> {
-        log.writer.sync()?;
+        log.writer.seal()?;
         let seq = log.writer.seq() + 1;
         let w = SegmentWriter::create(
             &RAFT_LOG_FORMAT,

@@ -181,12 +181,16 @@ pub fn file_name(path: &Path) -> String {
 pub const SEGMENT_HEADER: usize = 32;
 
 /// The byte ranges of the whole records at the start of a log segment, up to a record
-/// cut short (parsed here independently of the library: `LEN u32 | CRC u32 | payload`).
+/// cut short or the zeros preallocated after the records (parsed here independently of
+/// the library: `LEN u32 | CRC u32 | payload`, and a length of 0 is no record).
 pub fn whole_records(segment: &[u8]) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut at = SEGMENT_HEADER;
     while at + 8 <= segment.len() {
         let len = u32::from_le_bytes(segment[at..at + 4].try_into().expect("4 bytes")) as usize;
+        if len == 0 {
+            break;
+        }
         let end = at + 8 + len;
         if end > segment.len() {
             break;
@@ -195,6 +199,31 @@ pub fn whole_records(segment: &[u8]) -> Vec<Range<usize>> {
         at = end;
     }
     out
+}
+
+/// A live log segment's bytes without the zeros preallocated after its records: the
+/// segment as a clean close or a compaction leaves it.
+pub fn only_records(mut segment: Vec<u8>) -> Vec<u8> {
+    let end = whole_records(&segment)
+        .last()
+        .map_or(SEGMENT_HEADER, |r| r.end)
+        .min(segment.len());
+    assert!(
+        segment[end..].iter().all(|&b| b == 0),
+        "only zeros after the records"
+    );
+    segment.truncate(end);
+    segment
+}
+
+/// Cuts the zeros preallocated after the records of every log segment in `dir`: the
+/// files as a build before preallocation wrote them (which this one reads alike), so
+/// that tests damaging every byte damage records, not kilobytes of zeros.
+pub fn trim_zero_tails(dir: &Path) {
+    for segment in segments(dir) {
+        let bytes = only_records(fs::read(&segment).expect("read a segment"));
+        fs::write(&segment, bytes).expect("rewrite a segment");
+    }
 }
 
 /// The byte ranges of the records of a well-formed log segment.

@@ -215,7 +215,7 @@ async fn a_torn_tail_is_reported_not_cut_and_damage_is_named_with_file_and_offse
     let dir = work.path();
     let segments = small_log(dir).await;
     let last = segments.last().unwrap();
-    let len = std::fs::metadata(last).unwrap().len();
+    let len = crate::support::records_end(last);
     std::fs::OpenOptions::new()
         .write(true)
         .open(last)

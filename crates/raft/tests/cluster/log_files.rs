@@ -53,7 +53,7 @@ async fn a_torn_tail_is_cut_on_open_and_the_log_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let files = written(dir.path(), 30).await;
     let last = files.last().unwrap();
-    let len = std::fs::metadata(last).unwrap().len();
+    let len = crate::support::records_end(last);
     let f = std::fs::OpenOptions::new().write(true).open(last).unwrap();
     f.set_len(len - 5).unwrap();
     drop(f);
@@ -146,7 +146,7 @@ async fn the_committed_pointer_survives_a_reopen_and_never_names_more_than_the_l
         .collect();
     files.sort();
     let last = files.last().unwrap();
-    let len = std::fs::metadata(last).unwrap().len();
+    let len = crate::support::records_end(last);
     std::fs::OpenOptions::new()
         .write(true)
         .open(last)
