@@ -2,6 +2,7 @@
 //! that catches up by snapshot, partitions, and seeded random schedules — every
 //! acknowledged write applied exactly once on every server, states byte-identical.
 
+mod batching;
 mod exactly_once;
 mod forged;
 mod golden;
