@@ -305,7 +305,7 @@ struct Tally {
 fn lose_unacknowledged_tail(dir: &Path, floor: u64, rng: &mut fastrand::Rng) -> Option<usize> {
     let last = crate::support::persist::segments(dir).pop()?;
     let bytes = std::fs::read(&last).unwrap();
-    if bytes.len() < crate::support::persist::SEGMENT_HEADER {
+    if bytes.len() < crate::support::persist::SEGMENT_HEADER_LEN {
         return None;
     }
     // Keep the header (created durable before any record) and every record up to the
@@ -315,7 +315,7 @@ fn lose_unacknowledged_tail(dir: &Path, floor: u64, rng: &mut fastrand::Rng) -> 
         .filter(|r| record_index(&bytes, r) <= floor)
         .map(|r| r.end)
         .max()
-        .unwrap_or(crate::support::persist::SEGMENT_HEADER);
+        .unwrap_or(crate::support::persist::SEGMENT_HEADER_LEN);
     if keep >= bytes.len() {
         return None;
     }

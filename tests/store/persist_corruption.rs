@@ -9,7 +9,7 @@ use std::fs;
 use std::path::Path;
 
 use crate::support::persist::{
-    Gen, SEGMENT_HEADER, assert_same_files, craft_segment, error_path, fast, file_name, files,
+    Gen, SEGMENT_HEADER_LEN, assert_same_files, craft_segment, error_path, fast, file_name, files,
     kind, only_records, record_spans, replay_bytes, reset_dir, run_durable, seg_name, segments,
     snapshots, trim_zero_tails,
 };
@@ -420,7 +420,7 @@ fn truncating_inside_the_segment_header_is_a_torn_header() {
     let segment = fx.segment_name();
     let snapshot_state = replay_bytes(&fx.accepted[..fx.in_snapshot]);
     let work = TempDir::new("truncate-header-work");
-    for cut in 0..SEGMENT_HEADER {
+    for cut in 0..SEGMENT_HEADER_LEN {
         let mut damaged = original.clone();
         damaged.get_mut(&segment).unwrap().truncate(cut);
         reset_dir(work.path(), &damaged);
@@ -432,7 +432,7 @@ fn truncating_inside_the_segment_header_is_a_torn_header() {
         assert!(canonical(db.store()) == snapshot_state);
         drop(db);
         // The segment was made again, whole.
-        assert!(fs::read(work.join(&segment)).unwrap().len() >= SEGMENT_HEADER);
+        assert!(fs::read(work.join(&segment)).unwrap().len() >= SEGMENT_HEADER_LEN);
         let (state, report) = open_ro(work.path()).unwrap();
         assert!(state == snapshot_state);
         assert_eq!(report.torn_tail, None);
@@ -927,7 +927,7 @@ fn a_record_at_index_0_is_corrupt() {
         match expect_err(open_ro(work.path()), "index 0, no snapshot") {
             PersistError::Corrupt { path, offset, .. } => {
                 assert_eq!(file_name(&path), seg_name(1));
-                assert_eq!(offset, SEGMENT_HEADER as u64);
+                assert_eq!(offset, SEGMENT_HEADER_LEN as u64);
             }
             e => panic!("{e}"),
         }
@@ -950,7 +950,7 @@ fn a_record_at_index_0_is_corrupt() {
     reset_dir(fx.dir.path(), &layout);
     let e = expect_err(open_ro(fx.dir.path()), "index 0, with a snapshot");
     assert!(
-        matches!(&e, PersistError::Corrupt { offset, .. } if *offset == SEGMENT_HEADER as u64),
+        matches!(&e, PersistError::Corrupt { offset, .. } if *offset == SEGMENT_HEADER_LEN as u64),
         "{e}"
     );
     assert_same_files(&files(fx.dir.path()), &layout, "read-only open");
@@ -985,7 +985,7 @@ fn a_record_that_does_not_replay_is_a_replay_error() {
             ..
         } => {
             assert_eq!(file_name(&path), seg_name(1));
-            assert_eq!((offset, index), (SEGMENT_HEADER as u64, 4));
+            assert_eq!((offset, index), (SEGMENT_HEADER_LEN as u64, 4));
         }
         e => panic!("{e}"),
     }
@@ -1012,7 +1012,7 @@ fn a_forged_tail_cannot_make_recovery_search_forever() {
         started.elapsed()
     );
     match outcome {
-        Err(PersistError::Corrupt { offset, .. }) => assert_eq!(offset, SEGMENT_HEADER as u64),
+        Err(PersistError::Corrupt { offset, .. }) => assert_eq!(offset, SEGMENT_HEADER_LEN as u64),
         Err(e) => panic!("{e}"),
         Ok((_, report)) => panic!("opened: {report:?}"),
     }
@@ -1056,7 +1056,7 @@ fn a_record_at_or_below_its_segments_start_index_is_corrupt() {
     let e = expect_err(open_ro(fx.dir.path()), "record at the segment start");
     match &e {
         PersistError::Corrupt { offset, reason, .. } => {
-            assert_eq!(*offset, SEGMENT_HEADER as u64);
+            assert_eq!(*offset, SEGMENT_HEADER_LEN as u64);
             assert!(reason.contains("segment's header"), "{reason}");
         }
         e => panic!("{e}"),

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::support::persist::{
-    Gen, copy_dir, fast, replay_bytes, run_durable, segments, whole_records,
+    Gen, copy_dir, fast, records_end, replay_bytes, run_durable, segments, whole_records,
 };
 use crate::support::{TempDir, canonical};
 use schedstate::persist::segment::PREALLOCATE;
@@ -48,11 +48,40 @@ impl Crashed {
         assert_eq!(all.len(), 1, "one segment");
         all.pop().expect("a segment")
     }
+
+    /// Applies `damage` to the bytes of the crashed copy's segment (it is given where
+    /// their records end) and writes them back.
+    fn damage(&self, damage: impl FnOnce(&mut [u8], usize)) -> Damaged {
+        let segment = self.segment();
+        let mut bytes = fs::read(&segment).unwrap();
+        let end = records_end(&bytes);
+        damage(&mut bytes, end);
+        fs::write(&segment, &bytes).unwrap();
+        Damaged {
+            segment,
+            bytes,
+            end,
+        }
+    }
 }
 
-/// Where the records of `segment` end.
-fn records_end(segment: &[u8]) -> usize {
-    whole_records(segment).last().expect("records").end
+/// A segment as [`Crashed::damage`] wrote it back.
+struct Damaged {
+    segment: PathBuf,
+    bytes: Vec<u8>,
+    /// Where its records end (before the damage).
+    end: usize,
+}
+
+impl Damaged {
+    /// What a reader must report: everything after the records is a torn tail.
+    fn torn_tail(&self) -> Option<TornTail> {
+        Some(TornTail {
+            path: self.segment.clone(),
+            offset: self.end as u64,
+            bytes: (self.bytes.len() - self.end) as u64,
+        })
+    }
 }
 
 fn open_ro(dir: &Path) -> (Vec<u8>, Option<TornTail>) {
@@ -104,22 +133,19 @@ fn a_live_segment_ends_in_zeros_that_reopen_as_its_clean_end() {
 #[test]
 fn a_record_torn_before_the_zeros_is_a_torn_tail() {
     let c = Crashed::new("prealloc-torn", 0x70A2, 20);
-    let segment = c.segment();
-    let mut bytes = fs::read(&segment).unwrap();
-    let end = records_end(&bytes);
     // A crash mid-append: the next record's header and half its payload reached the
     // disk, the rest of it is still zeros.
-    let first = whole_records(&bytes)[0].clone();
-    let half = 8 + (first.len() - 8) / 2;
-    let head = bytes[first.start..first.start + half].to_vec();
-    bytes[end..end + half].copy_from_slice(&head);
-    fs::write(&segment, &bytes).unwrap();
-
-    let expected = Some(TornTail {
-        path: segment.clone(),
-        offset: end as u64,
-        bytes: (bytes.len() - end) as u64,
+    let damaged = c.damage(|bytes, end| {
+        let first = whole_records(bytes)[0].clone();
+        let half = 8 + (first.len() - 8) / 2;
+        bytes.copy_within(first.start..first.start + half, end);
     });
+    let expected = damaged.torn_tail();
+    let Damaged {
+        segment,
+        bytes,
+        end,
+    } = damaged;
     let (state, torn) = open_ro(c.dir.path());
     assert_eq!(torn, expected);
     assert!(state == replay_bytes(&c.accepted), "nothing before it lost");
@@ -140,39 +166,26 @@ fn a_record_torn_before_the_zeros_is_a_torn_tail() {
 #[test]
 fn an_append_whose_start_was_lost_is_a_torn_tail() {
     let c = Crashed::new("prealloc-lost-start", 0x1057, 20);
-    let segment = c.segment();
-    let mut bytes = fs::read(&segment).unwrap();
-    let end = records_end(&bytes);
     // The disk kept a later page of an append and not its first: zeros where the
     // record starts, other bytes after them.
-    let junk_at = end + 5000;
-    bytes[junk_at..junk_at + 16].copy_from_slice(&[0xAB; 16]);
-    fs::write(&segment, &bytes).unwrap();
-
-    let expected = Some(TornTail {
-        path: segment.clone(),
-        offset: end as u64,
-        bytes: (bytes.len() - end) as u64,
+    let damaged = c.damage(|bytes, end| {
+        let junk_at = end + 5000;
+        bytes[junk_at..junk_at + 16].copy_from_slice(&[0xAB; 16]);
     });
     let (state, torn) = open_ro(c.dir.path());
-    assert_eq!(torn, expected);
+    assert_eq!(torn, damaged.torn_tail());
     assert!(state == replay_bytes(&c.accepted));
 }
 
 #[test]
 fn damage_before_a_valid_record_in_the_zeros_is_corruption() {
     let c = Crashed::new("prealloc-damage", 0xDA4A, 20);
-    let segment = c.segment();
-    let mut bytes = fs::read(&segment).unwrap();
-    let end = records_end(&bytes);
     // A whole, valid record some way into the zeros: what precedes it cannot be a
     // torn tail, so it is refused rather than cut.
-    let first = whole_records(&bytes)[0].clone();
-    let record = bytes[first.clone()].to_vec();
-    let at = end + 4096;
-    bytes[at..at + record.len()].copy_from_slice(&record);
-    fs::write(&segment, &bytes).unwrap();
-
+    let Damaged { segment, bytes, .. } = c.damage(|bytes, end| {
+        let first = whole_records(bytes)[0].clone();
+        bytes.copy_within(first, end + 4096);
+    });
     let Err(err) = DurableStore::open_read_only(c.dir.path()) else {
         panic!("a damaged log opened");
     };

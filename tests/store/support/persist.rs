@@ -177,37 +177,14 @@ pub fn file_name(path: &Path) -> String {
         .into_owned()
 }
 
-/// The byte length of a segment header.
-pub const SEGMENT_HEADER: usize = 32;
-
-/// The byte ranges of the whole records at the start of a log segment, up to a record
-/// cut short or the zeros preallocated after the records (parsed here independently of
-/// the library: `LEN u32 | CRC u32 | payload`, and a length of 0 is no record).
-pub fn whole_records(segment: &[u8]) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut at = SEGMENT_HEADER;
-    while at + 8 <= segment.len() {
-        let len = u32::from_le_bytes(segment[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len == 0 {
-            break;
-        }
-        let end = at + 8 + len;
-        if end > segment.len() {
-            break;
-        }
-        out.push(at..end);
-        at = end;
-    }
-    out
-}
+// Log segments' record boundaries, parsed independently of the library (shared with
+// the raft and CLI tests).
+pub use schedstate_test_support::segment::{SEGMENT_HEADER_LEN, records_end, whole_records};
 
 /// A live log segment's bytes without the zeros preallocated after its records: the
 /// segment as a clean close or a compaction leaves it.
 pub fn only_records(mut segment: Vec<u8>) -> Vec<u8> {
-    let end = whole_records(&segment)
-        .last()
-        .map_or(SEGMENT_HEADER, |r| r.end)
-        .min(segment.len());
+    let end = records_end(&segment);
     assert!(
         segment[end..].iter().all(|&b| b == 0),
         "only zeros after the records"
@@ -229,7 +206,7 @@ pub fn trim_zero_tails(dir: &Path) {
 /// The byte ranges of the records of a well-formed log segment.
 pub fn record_spans(segment: &[u8]) -> Vec<Range<usize>> {
     let out = whole_records(segment);
-    let end = out.last().map_or(SEGMENT_HEADER, |r| r.end);
+    let end = out.last().map_or(SEGMENT_HEADER_LEN, |r| r.end);
     assert_eq!(end, segment.len(), "segment is not well formed");
     out
 }

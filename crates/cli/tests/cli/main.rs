@@ -637,7 +637,7 @@ fn repair_cuts_a_damaged_log_back_and_says_what_was_lost() {
         .max()
         .expect("a log segment");
     let mut bytes = std::fs::read(&segment).unwrap();
-    let middle = (support::records_end(&segment) / 2) as usize;
+    let middle = schedstate_test_support::segment::records_end(&bytes) / 2;
     bytes[middle] ^= 0x40;
     std::fs::write(&segment, &bytes).unwrap();
     let e = fails(&["inspect", "--data", dir.arg()]);

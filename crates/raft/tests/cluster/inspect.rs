@@ -15,6 +15,7 @@ use schedstate_raft::inspect::{CommittedInfo, LogIdInfo};
 use schedstate_raft::{
     Entry, LogOptions, LogStore, Proposal, ServerDirReport, ServerOptions, inspect_dir,
 };
+use schedstate_test_support::segment::records_end;
 
 use crate::support::{Cluster, DEADLINE, marker_node, propose_until_known};
 
@@ -215,7 +216,7 @@ async fn a_torn_tail_is_reported_not_cut_and_damage_is_named_with_file_and_offse
     let dir = work.path();
     let segments = small_log(dir).await;
     let last = segments.last().unwrap();
-    let len = crate::support::records_end(last);
+    let len = records_end(&std::fs::read(last).unwrap()) as u64;
     std::fs::OpenOptions::new()
         .write(true)
         .open(last)

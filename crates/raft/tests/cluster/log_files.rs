@@ -8,6 +8,7 @@ use openraft::{CommittedLeaderId, EntryPayload, LogId, RaftLogReader};
 use schedstate::persist::PersistError;
 use schedstate::state::Command;
 use schedstate_raft::{Entry, LogOptions, LogStore, Proposal};
+use schedstate_test_support::segment::records_end;
 
 use crate::support::marker_node;
 
@@ -53,7 +54,7 @@ async fn a_torn_tail_is_cut_on_open_and_the_log_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let files = written(dir.path(), 30).await;
     let last = files.last().unwrap();
-    let len = crate::support::records_end(last);
+    let len = records_end(&std::fs::read(last).unwrap()) as u64;
     let f = std::fs::OpenOptions::new().write(true).open(last).unwrap();
     f.set_len(len - 5).unwrap();
     drop(f);
@@ -146,7 +147,7 @@ async fn the_committed_pointer_survives_a_reopen_and_never_names_more_than_the_l
         .collect();
     files.sort();
     let last = files.last().unwrap();
-    let len = crate::support::records_end(last);
+    let len = records_end(&std::fs::read(last).unwrap()) as u64;
     std::fs::OpenOptions::new()
         .write(true)
         .open(last)

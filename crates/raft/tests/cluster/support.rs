@@ -271,19 +271,3 @@ pub fn assert_applied_once(server: &Server, acked: &[(String, u64)]) {
         );
     }
 }
-
-/// Where the records of a log segment end: the zeros the log preallocates after them
-/// are not records (`LEN u32 | CRC u32 | payload` after the 32-byte header; a length
-/// of 0 ends them).
-pub fn records_end(segment: &std::path::Path) -> u64 {
-    let bytes = std::fs::read(segment).expect("read a segment");
-    let mut at = 32;
-    while at + 8 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
-        if len == 0 || at + 8 + len > bytes.len() {
-            break;
-        }
-        at += 8 + len;
-    }
-    at as u64
-}
