@@ -372,30 +372,56 @@ pub fn sync_file(file: &File, path: &Path) -> Result<()> {
     fs::sync_data(file, path)
 }
 
-/// Reads the record at `offset` in the segment `path` (an offset a scan or an append
-/// reported) and returns its payload, checked against its checksum.
+/// Reads `len` bytes of the segment `path` from `offset` with one open and one read:
+/// the records a caller knows lie there (offsets a scan or an append reported), to
+/// take apart with [`record_in`]. Many consecutive records cost one open and one
+/// read, not a few system calls each.
 ///
 /// # Errors
-/// The I/O error, or [`PersistError::Checksum`] / [`PersistError::Corrupt`] with the
-/// offset if the bytes there are not a whole, intact record.
-pub fn read_record(path: &Path, offset: u64) -> Result<Vec<u8>> {
+/// The I/O error; a file shorter than `offset + len` is an
+/// [`UnexpectedEof`](std::io::ErrorKind::UnexpectedEof).
+pub fn read_span(path: &Path, offset: u64, len: u64) -> Result<Vec<u8>> {
     use std::io::Read;
+    let len = usize::try_from(len).map_err(|_| PersistError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason: format!("a span of {len} bytes does not fit in memory"),
+    })?;
     let mut file = File::open(path).at(path)?;
     file.seek(SeekFrom::Start(offset)).at(path)?;
-    let mut header = [0u8; RECORD_HEADER_LEN as usize];
-    file.read_exact(&mut header).at(path)?;
+    let mut span = vec![0u8; len];
+    file.read_exact(&mut span).at(path)?;
+    Ok(span)
+}
+
+/// The payload of the record at `at` in `span`, bytes [`read_span`] read from the
+/// segment `path` at `span_offset`: its header's length within the limit and the
+/// span, its checksum matching (errors name the record's offset in the file).
+///
+/// # Errors
+/// [`PersistError::Corrupt`] if the record does not fit in the span or claims a
+/// length over the limit, [`PersistError::Checksum`] if its checksum does not match.
+pub fn record_in<'a>(span: &'a [u8], at: usize, path: &Path, span_offset: u64) -> Result<&'a [u8]> {
+    let offset = span_offset + at as u64;
+    let corrupt = |reason: String| PersistError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    let header = span
+        .get(at..)
+        .and_then(|rest| rest.first_chunk::<{ RECORD_HEADER_LEN as usize }>())
+        .ok_or_else(|| corrupt("the record's header lies past the bytes read".into()))?;
     let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
     let stored = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
     if len > MAX_RECORD {
-        return Err(PersistError::Corrupt {
-            path: path.to_path_buf(),
-            offset,
-            reason: format!("record length {len} exceeds the limit"),
-        });
+        return Err(corrupt(format!("record length {len} exceeds the limit")));
     }
-    let mut payload = vec![0u8; len as usize];
-    file.read_exact(&mut payload).at(path)?;
-    if record_crc(len.to_le_bytes(), &payload) != stored {
+    let start = at + RECORD_HEADER_LEN as usize;
+    let payload = span
+        .get(start..start + len as usize)
+        .ok_or_else(|| corrupt(format!("a record of {len} bytes runs past the bytes read")))?;
+    if record_crc(len.to_le_bytes(), payload) != stored {
         return Err(PersistError::Checksum {
             path: path.to_path_buf(),
             offset,

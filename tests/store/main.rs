@@ -20,6 +20,7 @@ mod persist_modes;
 mod persist_prealloc;
 mod persist_repair;
 mod persist_roundtrip;
+mod persist_span;
 mod state_acl;
 mod state_answer_index;
 mod state_batch;

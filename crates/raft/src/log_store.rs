@@ -568,8 +568,8 @@ fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
 /// The most record bytes of entries one replication RPC carries (at least one entry
 /// whatever its size). openraft 0.9 gives every `AppendEntries` the heartbeat
 /// interval (40 ms) to be answered and resends the same range at once when it is
-/// not: a follower catching up from far behind was sent 512 entries of up to
-/// 32 commands each (16 MiB), which it could not take, write and fsync in time, so the
+/// not: a follower catching up from far behind was sent 512 entries (then the
+/// most per RPC) of up to 32 commands each (16 MiB), which it could not take, write and fsync in time, so the
 /// leader resent them over and over — a server restarted after a busy phase stood
 /// still for 1–3 s before its first entry. One MiB is written and fsynced within a few
 /// milliseconds here.
@@ -607,45 +607,102 @@ impl LogStore {
             return Ok(Vec::new());
         };
         let first = first.log_id.index;
-        let from = start.max(first) - first;
-        let to = (end.max(first) - first).min(log.entries.len() as u64);
-        let mut out = Vec::with_capacity(to.saturating_sub(from).min(1024) as usize);
+        let from = (start.max(first) - first) as usize;
+        let to = ((end.max(first) - first) as usize).min(log.entries.len());
+        // How many to return: up to `max_bytes` of records, at least one.
+        let mut count = 0;
         let mut bytes = 0u64;
-        for slot in log.entries.range(from as usize..to.max(from) as usize) {
+        for slot in log.entries.range(from..to.max(from)) {
             bytes = bytes.saturating_add(slot.len);
-            if bytes > max_bytes && !out.is_empty() {
+            if bytes > max_bytes && count > 0 {
                 break;
             }
-            match &slot.entry {
-                Some(e) => out.push(e.clone()),
-                // Read back under the lock: a truncate or purge cannot remove the
-                // file meanwhile (and the page cache usually has it).
-                None => {
-                    self.shared.disk_reads.fetch_add(1, Ordering::Relaxed);
-                    out.push(
-                        read_entry(&self.shared.dir, slot).map_err(|e| {
-                            StorageError::from(StorageIOError::<NodeId>::read_logs(&e))
-                        })?,
-                    )
-                }
+            count += 1;
+        }
+        let mut out = Vec::with_capacity(count);
+        let mut i = from;
+        while i < from + count {
+            let slot = &log.entries[i];
+            if let Some(e) = &slot.entry {
+                out.push(e.clone());
+                i += 1;
+                continue;
             }
+            // Entries no longer cached are read back under the lock (a truncate or
+            // purge cannot remove their file meanwhile): a run of them in one segment
+            // with one read of the bytes they span (a new leader's first rounds send
+            // followers older entries they already have, a batch per round, and a file
+            // opened per entry held this lock, and with it the leader's own appends,
+            // for milliseconds).
+            let mut run_end = i + 1;
+            let mut span_end = slot.offset + slot.len;
+            while run_end < from + count {
+                let next = &log.entries[run_end];
+                if next.entry.is_some()
+                    || next.seq != slot.seq
+                    || next.offset != span_end
+                    || span_end + next.len - slot.offset > READ_SPAN_BYTES
+                {
+                    break;
+                }
+                span_end += next.len;
+                run_end += 1;
+            }
+            let run = log.entries.range(i..run_end);
+            self.shared
+                .disk_reads
+                .fetch_add((run_end - i) as u64, Ordering::Relaxed);
+            read_entries(
+                &self.shared.dir,
+                run,
+                slot.offset,
+                span_end - slot.offset,
+                &mut out,
+            )
+            .map_err(|e| StorageError::from(StorageIOError::<NodeId>::read_logs(&e)))?;
+            i = run_end;
         }
         Ok(out)
     }
 }
 
-/// Reads the entry of `slot` back from its segment.
-fn read_entry(dir: &Path, slot: &Slot) -> Result<Entry, PersistError> {
-    let path = dir.join(segment_name(slot.seq));
-    let payload = segment::read_record(&path, slot.offset)?;
-    let record: RaftRecord = postcard::from_bytes(&payload).map_err(|e| PersistError::Corrupt {
-        path: path.clone(),
+/// The most bytes read back from a segment at once: a run of uncached entries longer
+/// than this is read in several spans (an entry larger than it, alone).
+const READ_SPAN_BYTES: u64 = 4 << 20;
+
+/// Reads the entries of `run` (consecutive records of one segment, the first at
+/// `offset`, `len` bytes in all) back with one read, appending them to `out`.
+fn read_entries<'a>(
+    dir: &Path,
+    run: impl Iterator<Item = &'a Slot>,
+    offset: u64,
+    len: u64,
+    out: &mut Vec<Entry>,
+) -> Result<(), PersistError> {
+    let mut run = run.peekable();
+    let Some(first) = run.peek() else {
+        return Ok(());
+    };
+    let path = dir.join(segment_name(first.seq));
+    let span = segment::read_span(&path, offset, len)?;
+    for slot in run {
+        let at = (slot.offset - offset) as usize;
+        let payload = segment::record_in(&span, at, &path, offset)?;
+        out.push(decode_entry(&path, slot, payload)?);
+    }
+    Ok(())
+}
+
+/// The entry of `slot` from its record's payload, read back from `path`.
+fn decode_entry(path: &Path, slot: &Slot, payload: &[u8]) -> Result<Entry, PersistError> {
+    let record: RaftRecord = postcard::from_bytes(payload).map_err(|e| PersistError::Corrupt {
+        path: path.to_path_buf(),
         offset: slot.offset,
         reason: format!("record does not decode: {e}"),
     })?;
     if record.index != slot.log_id.index {
         return Err(PersistError::Corrupt {
-            path,
+            path: path.to_path_buf(),
             offset: slot.offset,
             reason: format!(
                 "record of index {} where {} was written",

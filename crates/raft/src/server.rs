@@ -76,7 +76,13 @@ impl Default for ServerOptions {
     /// ≤ 1 s, with room for a loaded machine to miss seven heartbeats before anyone
     /// stands. (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
     /// snapshot every 10,000 entries, keeping 1,000 entries behind it for followers
-    /// that lag a little. Snapshots received up to 4 GiB (a 200,000-node state is well
+    /// that lag a little. At most 64 entries per `AppendEntries`: a new leader knows
+    /// no follower's log and openraft 0.9 finds where each matches by probing from
+    /// the oldest entry it keeps, halving the distance to its last each round, every
+    /// probe carrying up to this many entries the follower already has — at 512 the
+    /// probes took 40–120 ms (up to 500) between an election and the first commit
+    /// on five servers, at 64 they take 11–33 ms. A follower far behind catches up
+    /// in more, smaller rounds (rejoin measured no slower). Snapshots received up to 4 GiB (a 200,000-node state is well
     /// under that); a snapshot chunk may take up to
     /// [`SNAPSHOT_INSTALL_DEADLINE`](crate::wire::SNAPSHOT_INSTALL_DEADLINE), since
     /// the last one is answered once the whole snapshot is checked and installed
@@ -91,7 +97,7 @@ impl Default for ServerOptions {
                 heartbeat_interval: 40,
                 election_timeout_min: 100,
                 election_timeout_max: 200,
-                max_payload_entries: 512,
+                max_payload_entries: 64,
                 snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
                 max_in_snapshot_log_to_keep: 1_000,
                 install_snapshot_timeout: crate::wire::SNAPSHOT_INSTALL_DEADLINE.as_millis() as u64,
