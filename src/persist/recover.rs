@@ -37,6 +37,10 @@ pub struct OpenReport {
     pub torn_tail: Option<TornTail>,
     /// The log segments found, in order.
     pub segments: Vec<PathBuf>,
+    /// Bytes of those segments up to the end of their last whole record (headers
+    /// included): what the log holds. The segment being appended to is longer on
+    /// disk, by the zeros preallocated after its records.
+    pub log_bytes: u64,
     /// The directory and files that other users could read or write, made
     /// owner-only on open (read-only opens change nothing and leave this empty).
     pub permissions_fixed: Vec<PathBuf>,
@@ -208,6 +212,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
             });
         }
         report.segments.push(path.clone());
+        report.log_bytes += scan.valid_len;
         if is_last {
             let last = log_end.unwrap_or(snap_index).max(snap_index);
             let older = scan.version < super::wal::WAL_VERSION;

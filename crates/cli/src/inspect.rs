@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::DataDir;
 use crate::output::{
-    CliError, align_right, emit, emit_json, err, files_section, key_values, open_read, render,
-    table, thousands,
+    CliError, align_right, bytes, emit, emit_json, err, files_section, key_values, open_read,
+    render, table, thousands,
 };
 
 /// Arguments of `inspect`.
@@ -110,6 +110,7 @@ struct StoreJson {
     snapshot_index: Option<u64>,
     replayed: u64,
     segments: usize,
+    log_bytes: u64,
     torn_tail: Option<TornJson>,
     tables: Vec<TableJson>,
     files: Vec<FileJson>,
@@ -138,6 +139,7 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
             snapshot_index: report.snapshot_index,
             replayed: report.replayed,
             segments: report.segments.len(),
+            log_bytes: report.log_bytes,
             torn_tail: report.torn_tail.as_ref().map(|t| TornJson {
                 file: t.path.clone(),
                 offset: t.offset,
@@ -211,7 +213,16 @@ pub fn run(args: &InspectArgs) -> Result<(), CliError> {
         ("Last Applied", thousands(report.last_applied)),
         ("Latest Index", thousands(v.latest_index())),
         ("Snapshot", snapshot),
-        ("Log Segments", report.segments.len().to_string()),
+        (
+            "Log Segments",
+            // The records' bytes: a live segment's file (in Files below) also holds
+            // the zeros preallocated after them.
+            format!(
+                "{}, {} of records",
+                report.segments.len(),
+                bytes(report.log_bytes)
+            ),
+        ),
         ("Torn Tail", torn),
     ]);
 

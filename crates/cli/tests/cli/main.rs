@@ -343,6 +343,19 @@ fn demo_then_status_commands_match_the_store() {
     assert_eq!(json["tables"][0]["name"], "nodes");
     assert_eq!(json["tables"][0]["rows"], 12);
     assert_eq!(json["verify"]["ok"], true);
+    // The log's size is its records', not its files' (the live segment holds zeros
+    // preallocated after them).
+    let (mut records, mut files) = (0, 0);
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let bytes = std::fs::read(&path).unwrap();
+            records += schedstate_test_support::segment::records_end(&bytes) as u64;
+            files += bytes.len() as u64;
+        }
+    }
+    assert!(records > 0 && records < files, "{records} of {files}");
+    assert_eq!(json["log_bytes"], records);
 }
 
 #[test]
