@@ -221,7 +221,7 @@ impl<'de> Deserialize<'de> for Fingerprints {
                     // Filed under its own plugin id (the store refuses anything else):
                     // one heap copy of the id for the key and the fingerprint, not two.
                     let k = if k == v.plugin_id {
-                        Arc::clone(&v.plugin_id)
+                        v.plugin_id.clone()
                     } else {
                         k
                     };
@@ -265,7 +265,7 @@ mod tests {
         assert_eq!(f.remove("zz"), None);
         assert_eq!(f.len(), m.len());
         assert_eq!(f.get("c"), m.get("c"));
-        assert_eq!(f["b"].alloc_id.as_ref(), "5");
+        assert_eq!(f["b"].alloc_id.as_str(), "5");
         assert_eq!(f.pop_first(), m.pop_first());
         f.retain(|k, _| &**k != "c");
         assert!(f.is_empty());
@@ -300,7 +300,7 @@ mod tests {
         let back: Fingerprints = postcard::from_bytes(&bytes).expect("decode");
         assert_eq!(back, f);
         let (ebs_key, ebs) = back.iter().next().expect("ebs");
-        assert!(Arc::ptr_eq(ebs_key, &ebs.plugin_id));
+        assert!(Id::ptr_eq(ebs_key, &ebs.plugin_id));
         // A key that is not its fingerprint's plugin id stays as it was sent.
         let (nfs_key, nfs) = back.iter().nth(1).expect("nfs");
         assert_eq!((&**nfs_key, &*nfs.plugin_id), ("nfs", "other"));
@@ -317,6 +317,6 @@ mod tests {
         }
         let f: Fingerprints = postcard::from_bytes(&bytes).expect("decode");
         assert_eq!(f.len(), 1);
-        assert_eq!(f["a"].alloc_id.as_ref(), "2");
+        assert_eq!(f["a"].alloc_id.as_str(), "2");
     }
 }

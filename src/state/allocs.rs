@@ -61,7 +61,7 @@ fn share_ids(
     if let Some(old) = existing {
         reuse_alloc_ids(alloc, old);
     }
-    let node_kept = existing.is_some_and(|old| Arc::ptr_eq(&old.node_id, &alloc.node_id));
+    let node_kept = existing.is_some_and(|old| Id::ptr_eq(&old.node_id, &alloc.node_id));
     let node_row = |id: &Id| -> Option<Id> {
         if node_kept || id.is_empty() {
             return None;

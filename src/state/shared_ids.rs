@@ -54,7 +54,7 @@ impl SharedIds {
         // rows of one command often share their strings already, e.g. a plan built
         // in memory and applied without a decode).
         if let Some(last) = &self.last {
-            if Arc::ptr_eq(last, id) {
+            if Id::ptr_eq(last, id) {
                 return true;
             }
             if last == id {
@@ -64,7 +64,7 @@ impl SharedIds {
         }
         let found = match self.seen.get(id) {
             Some(first) => {
-                if !Arc::ptr_eq(first, id) {
+                if !Id::ptr_eq(first, id) {
                     *id = first.clone();
                 }
                 true
@@ -114,7 +114,7 @@ impl AllocIds {
 
 /// Points `id` at `old` when they are equal strings (and not the same copy already).
 pub(crate) fn reuse(id: &mut Id, old: &Id) {
-    if !Arc::ptr_eq(id, old) && *id == *old {
+    if !Id::ptr_eq(id, old) && *id == *old {
         *id = old.clone();
     }
 }
@@ -168,15 +168,15 @@ mod tests {
         assert!(!ids.share(&mut a));
         assert!(ids.share(&mut b));
         assert!(!ids.share(&mut c));
-        assert!(Arc::ptr_eq(&a, &b));
-        assert!(!Arc::ptr_eq(&a, &c));
+        assert!(Id::ptr_eq(&a, &b));
+        assert!(!Id::ptr_eq(&a, &c));
         assert_eq!(&*c, "job-2");
         let node: Id = Id::from("n1");
         let mut ids = SharedIds::default();
         let (mut d, mut e) = (Id::from("n1"), Id::from("n1"));
         assert!(!ids.share_or(&mut d, |_| Some(node.clone())));
         assert!(ids.share_or(&mut e, |_| panic!("asked again")));
-        assert!(Arc::ptr_eq(&d, &node) && Arc::ptr_eq(&e, &node));
+        assert!(Id::ptr_eq(&d, &node) && Id::ptr_eq(&e, &node));
     }
 
     #[test]
@@ -198,9 +198,9 @@ mod tests {
             ..Default::default()
         };
         reuse_alloc_ids(&mut new, &old);
-        assert!(Arc::ptr_eq(&new.id, &old.id));
-        assert!(Arc::ptr_eq(&new.namespace, &old.namespace));
-        assert!(Arc::ptr_eq(&new.task_group, &old.task_group));
+        assert!(Id::ptr_eq(&new.id, &old.id));
+        assert!(Id::ptr_eq(&new.namespace, &old.namespace));
+        assert!(Id::ptr_eq(&new.task_group, &old.task_group));
         assert_eq!(&*new.job_id, "api");
         assert_eq!(&*new.node_id, "n2");
     }

@@ -15,7 +15,7 @@ use crate::support::persist::{
     segments, snapshot_bytes, snapshots,
 };
 use crate::support::{TempDir, assert_invariants, canonical, last_applied};
-use schedstate::model::Node;
+use schedstate::model::{Id, Node};
 use schedstate::persist::{DurableStore, PersistError, SyncPolicy};
 use schedstate::state::{Command, StateError, StateStore};
 use schedstate::{WaitOutcome, WatchSet};
@@ -499,10 +499,10 @@ fn a_restored_state_shares_repeated_ids() {
     let snap = restored.snapshot();
     let view = snap.view();
     let (x1, x2) = (view.alloc("x1").unwrap(), view.alloc("x2").unwrap());
-    assert!(Arc::ptr_eq(&x1.namespace, &x2.namespace));
-    assert!(Arc::ptr_eq(&x1.job_id, &x2.job_id));
-    assert!(Arc::ptr_eq(&x1.task_group, &x2.task_group));
-    assert!(Arc::ptr_eq(&x1.node_id, &view.node("n1").unwrap().id));
-    assert!(Arc::ptr_eq(&x2.node_id, &x1.node_id));
+    assert!(Id::ptr_eq(&x1.namespace, &x2.namespace));
+    assert!(Id::ptr_eq(&x1.job_id, &x2.job_id));
+    assert!(Id::ptr_eq(&x1.task_group, &x2.task_group));
+    assert!(Id::ptr_eq(&x1.node_id, &view.node("n1").unwrap().id));
+    assert!(Id::ptr_eq(&x2.node_id, &x1.node_id));
     assert_eq!(canonical(&restored), canonical(&store));
 }

@@ -1626,12 +1626,12 @@ fn allocations_share_repeated_ids_with_each_other_their_node_and_their_old_row()
     let (x1, x2, y1) = (row("x1"), row("x2"), row("y1"));
     let node_id = view.node("n1").unwrap().id.clone();
     for other in [&x2, &y1] {
-        assert!(Arc::ptr_eq(&x1.namespace, &other.namespace));
-        assert!(Arc::ptr_eq(&x1.job_id, &other.job_id));
-        assert!(Arc::ptr_eq(&x1.task_group, &other.task_group));
+        assert!(Id::ptr_eq(&x1.namespace, &other.namespace));
+        assert!(Id::ptr_eq(&x1.job_id, &other.job_id));
+        assert!(Id::ptr_eq(&x1.task_group, &other.task_group));
     }
-    assert!(Arc::ptr_eq(&x1.node_id, &node_id), "the node row's copy");
-    assert!(Arc::ptr_eq(&x2.node_id, &node_id));
+    assert!(Id::ptr_eq(&x1.node_id, &node_id), "the node row's copy");
+    assert!(Id::ptr_eq(&x2.node_id, &node_id));
     assert_eq!((&*y1.node_id, &*y1.job_id), ("n2", "plugin-job"));
 
     // One alloc per command: an update shares with the row it replaces, a new alloc
@@ -1642,11 +1642,11 @@ fn allocations_share_repeated_ids_with_each_other_their_node_and_their_old_row()
     let view = view.view();
     let (y1_new, z1) = (view.alloc("y1").unwrap(), view.alloc("z1").unwrap());
     assert_eq!((y1_new.create_index, y1_new.modify_index), (2, 3));
-    assert!(Arc::ptr_eq(&y1_new.id, &y1.id));
-    assert!(Arc::ptr_eq(&y1_new.namespace, &y1.namespace));
-    assert!(Arc::ptr_eq(&y1_new.job_id, &y1.job_id));
-    assert!(Arc::ptr_eq(&y1_new.node_id, &y1.node_id));
-    assert!(Arc::ptr_eq(&z1.node_id, &node_id));
+    assert!(Id::ptr_eq(&y1_new.id, &y1.id));
+    assert!(Id::ptr_eq(&y1_new.namespace, &y1.namespace));
+    assert!(Id::ptr_eq(&y1_new.job_id, &y1.job_id));
+    assert!(Id::ptr_eq(&y1_new.node_id, &y1.node_id));
+    assert!(Id::ptr_eq(&z1.node_id, &node_id));
     assert_eq!(
         *y1_new,
         Allocation {
@@ -1677,7 +1677,7 @@ fn a_rewritten_node_keeps_its_identical_fingerprints() {
     let view = snap.view();
     let row = view.node("n1").unwrap();
     assert_eq!(row.modify_index, 2);
-    assert!(Arc::ptr_eq(&row.id, &stored.id));
+    assert!(Id::ptr_eq(&row.id, &stored.id));
     let ebs = row.csi_node_plugins.get("ebs").unwrap();
     assert!(Arc::ptr_eq(
         ebs,

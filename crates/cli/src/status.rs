@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use clap::Args;
-use schedstate::model::{AllocListStub, Allocation, CsiInfo, CsiPlugin, Node};
+use schedstate::model::{AllocListStub, Allocation, CsiInfo, CsiPlugin, Id, Node};
 use schedstate_agent::api::PluginListStub;
 use serde::Serialize;
 
@@ -106,7 +106,7 @@ pub fn plugin(args: &PluginArgs) -> Result<(), CliError> {
         ("Create Index", p.create_index.to_string()),
         ("Modify Index", p.modify_index.to_string()),
     ]);
-    let unhealthy: Vec<(&str, &Arc<str>, &Arc<CsiInfo>)> = p
+    let unhealthy: Vec<(&str, &Id, &Arc<CsiInfo>)> = p
         .controllers
         .iter()
         .map(|(n, i)| ("controller", n, i))
@@ -192,7 +192,7 @@ fn eligibility(n: &Node) -> &'static str {
 }
 
 /// `id,id(unhealthy),…` of one fingerprint map.
-fn fingerprint_list<'a>(map: impl Iterator<Item = (&'a Arc<str>, &'a Arc<CsiInfo>)>) -> String {
+fn fingerprint_list<'a>(map: impl Iterator<Item = (&'a Id, &'a Arc<CsiInfo>)>) -> String {
     let items: Vec<String> = map
         .map(|(id, info)| {
             if info.healthy {
