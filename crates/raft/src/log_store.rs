@@ -569,8 +569,8 @@ fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
 /// whatever its size). openraft 0.9 gives every `AppendEntries` the heartbeat
 /// interval (40 ms) to be answered and resends the same range at once when it is
 /// not: a follower catching up from far behind was sent 512 entries (then the
-/// most per RPC) of up to 32 commands each (16 MiB), which it could not take, write and fsync in time, so the
-/// leader resent them over and over — a server restarted after a busy phase stood
+/// most per RPC) of up to 32 commands each (16 MiB), which it could not take, write
+/// and fsync in time, so the leader resent them over and over — a server restarted after a busy phase stood
 /// still for 1–3 s before its first entry. One MiB is written and fsynced within a few
 /// milliseconds here.
 const REPLICATION_BATCH_BYTES: u64 = 1 << 20;
