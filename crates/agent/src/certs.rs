@@ -250,6 +250,7 @@ impl Ca {
             PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|_| CertError::BadCaKey {
                 path: key_path.to_owned(),
             })?;
+        let identity = crate::ca_cert::read_ca_identity(&der);
         match crate::tls::key_matches_cert(der, key_der) {
             Ok(true) => {}
             Ok(false) => {
@@ -269,10 +270,13 @@ impl Ca {
                 });
             }
         }
-        let issuer =
-            Issuer::from_ca_cert_pem(&cert_pem, key).map_err(|_| CertError::BadCaCert {
-                path: cert_path.to_owned(),
-            })?;
+        let identity = identity.ok_or_else(|| CertError::BadCaCert {
+            path: cert_path.to_owned(),
+        })?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = identity.name;
+        params.key_identifier_method = identity.key_id;
+        let issuer = Issuer::new(params, key);
         Ok(Ca {
             cert_pem,
             key_pem,

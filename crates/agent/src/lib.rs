@@ -31,7 +31,7 @@
 //!   needs a token with its scope (off only in `--dev`). Shapes beyond the model's own
 //!   rows are in [`api`].
 //! - [`tls`] holds the rustls material (reloaded on SIGHUP); [`certs`] makes a CA and
-//!   certificates.
+//!   certificates, or loads a CA (its name and key id read by `ca_cert.rs`).
 //! - [`Client`] is the same API from Rust.
 //!
 //! Nothing here changes the rules or the replication: the store and `schedstate-raft`
@@ -39,6 +39,7 @@
 
 mod agent;
 pub mod api;
+mod ca_cert;
 pub mod certs;
 mod client;
 mod cluster_key;

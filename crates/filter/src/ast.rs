@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::lex::{self, Kind};
 

@@ -38,13 +38,17 @@
 //! number against a number field; exactly when both are integers, so nanosecond times
 //! and u64 indexes compare right), strings lexically, booleans with `true`/`false`.
 //! `contains` and `in` look for a substring in a string, an element in an array, a key
-//! in an object.
+//! in an object. `matches` searches a string with a regular expression in the syntax
+//! of the `regex` family ([regex-lite]): like Go's RE2, which go-bexpr uses, `\d`, `\w`
+//! and `\s` are ASCII classes and matching takes time linear in the input; unlike it,
+//! `(?i)` folds ASCII case only and `\p{..}` classes are not available.
+//!
+//! [regex-lite]: https://docs.rs/regex-lite
 //!
 //! Untrusted input: at most [`MAX_LEN`] bytes and [`MAX_DEPTH`] levels of nesting (no
 //! unbounded recursion), regular expressions compiled with memory limits, no panic on
 //! any input (a fuzz target holds it to that), errors quoting at most a few dozen
-//! characters of the input (the regex crate's errors, which quote the whole pattern,
-//! are cut to their reason).
+//! characters of the input (a pattern's error is its reason, never the pattern).
 //!
 //! Design: a lexer makes the whole token list (the input is bounded), a recursive
 //! descent parser counts its nesting, and the tree it builds holds everything the

@@ -2,7 +2,7 @@
 //! (`not` and parentheses are the only ways to nest; each level is counted, so the
 //! recursion is bounded whatever the input).
 
-use regex::RegexBuilder;
+use regex_lite::RegexBuilder;
 
 use crate::MAX_DEPTH;
 use crate::ast::{Cmp, Expr, Pattern, Selector, Value};
@@ -236,7 +236,6 @@ impl Parser<'_> {
             let v = self.value()?;
             let re = RegexBuilder::new(&v.text)
                 .size_limit(REGEX_BYTES)
-                .dfa_size_limit(REGEX_BYTES)
                 .nest_limit(MAX_DEPTH as u32)
                 .build()
                 .map_err(|e| FilterError::BadRegex {

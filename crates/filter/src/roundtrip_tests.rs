@@ -3,7 +3,7 @@
 //! the same; integer comparisons are exact across the whole i64/u64 range.
 
 use proptest::prelude::*;
-use regex::Regex;
+use regex_lite::Regex;
 use serde_json::json;
 
 use crate::Filter;
@@ -67,7 +67,7 @@ fn pattern() -> impl Strategy<Value = Pattern> {
     prop_oneof![
         proptest::sample::select(vec!["^host-[0-9]+$", "a|b", "(?i)READY", "\\d{2,3}", ""])
             .prop_map(String::from),
-        "\\PC{0,6}".prop_map(|s| regex::escape(&s)),
+        "\\PC{0,6}".prop_map(|s| regex_lite::escape(&s)),
     ]
     .prop_map(|p| Pattern(Regex::new(&p).expect("a valid pattern")))
 }
