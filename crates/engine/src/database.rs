@@ -6,7 +6,7 @@ use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use super::bulk::BulkLoad;
-use super::reclaim::{PinnedRoot, Retired, WriterLock};
+use super::reclaim::{PinnedRoot, Retired, WriterLock, retire_all};
 use super::registry::Registry;
 use super::root::Root;
 use super::schema::Schema;
@@ -26,8 +26,9 @@ pub(crate) struct Shared {
     /// and register under it, so a commit is either seen by the comparison or fires the
     /// registration.
     pub(crate) registry: Mutex<Registry>,
-    /// Superseded versions whose last reader let go during a write: the writer frees
-    /// them when it releases its lock, so readers never pay for freeing.
+    /// Superseded versions whose last reader (or the commit that replaced them) let
+    /// go: the next write frees them before it takes its lock, so neither readers nor
+    /// the threads a commit wakes wait for freeing.
     pub(crate) retired: Retired,
     /// Committed, not yet published versions (see `staged.rs`).
     pub(crate) staged: Mutex<Staged>,
@@ -164,7 +165,7 @@ impl Db {
     /// readers now see. Versions staged after `seq` stay staged.
     pub fn publish_through(&self, seq: u64) -> u64 {
         let (superseded, _) = self.shared.publish(|staged| staged.take_through(seq));
-        drop(superseded);
+        retire_all(superseded);
         self.last_applied()
     }
 
@@ -262,11 +263,12 @@ impl Db {
         Arc::clone(&self.shared.current.load().schema)
     }
 
-    /// Frees now the superseded versions whose last reader has let go since the last
-    /// write. Never needed for correctness: every write frees them when it releases the
-    /// writer lock (readers hand them over instead of freeing them, so that a busy
-    /// writer's garbage is never freed on a reader's thread). Useful before measuring
-    /// memory, or after dropping an old snapshot of a database that no longer writes.
+    /// Frees now the superseded versions whose last reader has let go, and those the
+    /// last commit replaced. Never needed for correctness: every write frees them
+    /// before it takes the writer lock (readers and commits hand them over instead of
+    /// freeing them, so that garbage is never freed on a reader's thread nor between a
+    /// commit and the wake-ups it caused). Useful before measuring memory, or after
+    /// dropping an old snapshot of a database that no longer writes.
     pub fn reclaim(&self) {
         self.shared.retired.drain();
     }
