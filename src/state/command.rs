@@ -150,6 +150,15 @@ pub struct CsiVolumeClaimRequest {
 }
 
 impl Command {
+    /// The command's postcard bytes, as the write-ahead log encodes it: the same bytes
+    /// for the same command everywhere. Not generic on purpose: a crate above that
+    /// needs the bytes reuses this crate's encoder instead of compiling its own copy
+    /// of every row type's serializer. Empty if postcard refused the command (it
+    /// refuses only sequences of unknown length, which no command holds).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        postcard::to_extend(self, Vec::new()).unwrap_or_default()
+    }
+
     /// A short name of the command's kind, for logs and spans.
     pub fn kind(&self) -> &'static str {
         match self {

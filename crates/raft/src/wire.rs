@@ -65,7 +65,9 @@ macro_rules! postcard_codec {
             /// # Errors
             /// A value postcard cannot encode (does not happen for these types).
             pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
-                postcard::to_stdvec(self)
+                // The flavor the log store writes entries with: one instance of
+                // every command serializer in this crate, not one per flavor.
+                postcard::to_extend(self, Vec::new())
             }
 
             /// Reads one from its bytes: all of them, nothing may follow it.

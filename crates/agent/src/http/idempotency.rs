@@ -130,7 +130,7 @@ impl IdempotencyKey {
 /// requests that mean the same write (whatever their JSON's spacing or key order) are
 /// the same request.
 fn fingerprint(command: &Command) -> [u8; 32] {
-    let bytes = postcard::to_stdvec(command).unwrap_or_default();
+    let bytes = command.to_bytes();
     Sha256::new()
         .chain_update(b"schedstate write fingerprint\0")
         .chain_update(&bytes)

@@ -21,6 +21,7 @@
 //! | `peers.rs` | `POST /v1/operator/raft/peer`: add, remove, recover |
 //! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
 //! | `query.rs`, `error.rs` | strict query parameters; error answers |
+//! | `pretty.rs` | `?pretty`: the compact answer re-indented (one JSON serializer per answer type) |
 
 mod acl;
 mod auth;
@@ -35,6 +36,7 @@ mod node_writes;
 mod operator;
 mod park;
 mod peers;
+mod pretty;
 pub(crate) mod query;
 mod raft_rpc;
 mod reads;
@@ -78,14 +80,12 @@ pub(crate) fn json<T: Serialize + ?Sized>(
     value: &T,
     pretty: bool,
 ) -> Response {
-    let body = if pretty {
-        serde_json::to_vec_pretty(value)
-    } else {
-        serde_json::to_vec(value)
-    };
+    // One serializer for every answer: `?pretty` re-indents the compact bytes.
+    let body = serde_json::to_vec(value);
     let mut resp = match body {
         Ok(mut b) => {
             if pretty {
+                b = pretty::reindent(&b);
                 b.push(b'\n');
             }
             (status, [(header::CONTENT_TYPE, "application/json")], b).into_response()
