@@ -14,10 +14,11 @@
 //! parks the version it replaced the same way instead of freeing it: the thread it
 //! just woke is often placed on the writer's core (the kernel's wake-affine choice)
 //! and runs only once the writer returns, so frees at the end of a commit were paid
-//! by every wake-up (`blocking_wake_many`: the commit's last 8 of 16 µs). A version
-//! parked when no write follows stays parked until the next write or an explicit
-//! [`Db::reclaim`](super::Db::reclaim); what it holds is only what it does not share
-//! with the current version.
+//! by every wake-up (`blocking_wake_many`: the commit's last 8 of 16 µs). A restore is
+//! the exception: it frees the whole old state (and what was parked) at once. A
+//! version parked when no write follows stays parked until the next write or an
+//! explicit [`Db::reclaim`](super::Db::reclaim); what it holds is only what it does
+//! not share with the current version.
 
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
@@ -207,6 +208,26 @@ mod tests {
         assert_eq!(Arc::strong_count(&a), 2, "parked, not yet freed");
         drop(db.begin_write(3).expect("begin"));
         assert_eq!(Arc::strong_count(&a), 1, "the next write freed it");
+    }
+
+    #[test]
+    fn a_restore_frees_the_old_state_at_once() {
+        let (db, t) = db();
+        let a = row("a");
+        let mut txn = db.begin_write(1).expect("begin");
+        txn.insert(t, Arc::clone(&a)).expect("insert");
+        txn.commit().expect("commit");
+        drop(superseded(&db, t, 2, &row("b")));
+        assert_eq!(db.retired_versions(), 1);
+        let mut restore = db.begin_restore(3);
+        restore.insert(t, row("c")).expect("insert");
+        restore.commit().expect("commit");
+        assert_eq!(
+            db.retired_versions(),
+            0,
+            "nothing left parked after a restore"
+        );
+        assert_eq!(Arc::strong_count(&a), 1, "the old state's rows are gone");
     }
 
     #[test]

@@ -450,6 +450,7 @@ impl WriteTxn {
     pub fn commit(self) -> Result<CommitInfo> {
         let index = self.index;
         let (shared, writer, root, fire) = self.finish();
+        let restore = fire.restore;
         // Staged versions under this one are published with it (their watches fire
         // first): readers never see a version without the ones before it.
         let (superseded, mut fires) = shared.publish(|staged| {
@@ -462,7 +463,14 @@ impl WriteTxn {
         // scheduled on the writer's core (the kernel's wake-affine placement) and runs
         // only once the writer returns, so frees here would add to every wake-up. They
         // are parked and freed by the next write before it takes the writer lock.
-        retire_all(superseded);
+        // Except after a restore: the whole old state is garbage then, too much to keep
+        // until a next write that may not come soon, and it woke every watch anyway.
+        if restore {
+            drop(superseded);
+            shared.retired.drain();
+        } else {
+            retire_all(superseded);
+        }
         let changes = fires.pop().map(|f| f.changes).unwrap_or_default();
         tracing::trace!(index, changes = changes.len(), "commit");
         Ok(CommitInfo { index, changes })
