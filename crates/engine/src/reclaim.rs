@@ -195,9 +195,7 @@ mod tests {
     fn a_commit_parks_the_version_it_replaced() {
         let (db, t) = db();
         let a = row("a");
-        let mut txn = db.begin_write(1).expect("begin");
-        txn.insert(t, Arc::clone(&a)).expect("insert");
-        txn.commit().expect("commit");
+        drop(superseded(&db, t, 1, &a));
         db.reclaim();
         // No snapshot holds the current version: the commit that replaces it holds
         // its last reference, and parks it.
@@ -214,9 +212,8 @@ mod tests {
     fn a_restore_frees_the_old_state_at_once() {
         let (db, t) = db();
         let a = row("a");
-        let mut txn = db.begin_write(1).expect("begin");
-        txn.insert(t, Arc::clone(&a)).expect("insert");
-        txn.commit().expect("commit");
+        drop(superseded(&db, t, 1, &a));
+        db.reclaim();
         drop(superseded(&db, t, 2, &row("b")));
         assert_eq!(db.retired_versions(), 1);
         let mut restore = db.begin_restore(3);
