@@ -168,7 +168,7 @@ impl Dataset {
                     node_id: nid.clone(),
                     desired_status: DesiredStatus::Run,
                     client_status: ClientStatus::Running,
-                    csi_volume_requests: Vec::new(),
+                    csi_volume_requests: Default::default(),
                     create_index: 0,
                     modify_index: 0,
                 }));

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Id;
+use super::{Id, VolumeRequests};
 
 /// What the servers want an allocation to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -68,7 +68,7 @@ pub struct Allocation {
     pub client_status: ClientStatus,
     /// The CSI volumes the allocation uses.
     #[serde(default)]
-    pub csi_volume_requests: Vec<CsiVolumeRequest>,
+    pub csi_volume_requests: VolumeRequests,
     /// The index of the write that created the row.
     pub create_index: u64,
     /// The index of the last write that changed the row.
@@ -116,7 +116,8 @@ mod tests {
             csi_volume_requests: vec![CsiVolumeRequest {
                 volume_id: id("vol"),
                 read_only: true,
-            }],
+            }]
+            .into(),
             create_index: 3,
             modify_index: 7,
         }

@@ -16,6 +16,7 @@ mod node;
 mod plugin;
 mod stub;
 mod volume;
+mod volume_requests;
 
 pub use acl::{AclScope, AclToken};
 pub use alloc::{Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
@@ -29,6 +30,7 @@ pub use volume::{
     CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
     CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState,
 };
+pub use volume_requests::VolumeRequests;
 
 /// An identifier (node, alloc, plugin, volume, namespace or job id).
 ///

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{Allocation, ClientStatus, DesiredStatus, Id};
+use super::{Allocation, ClientStatus, DesiredStatus, Id, VolumeRequests};
 
 /// The summary of an allocation used in listings and denormalized rows: id,
 /// namespace, job, task group, node, both statuses and both indexes.
@@ -150,7 +150,7 @@ impl<'de> Deserialize<'de> for AllocListStub {
             node_id: s.node_id,
             desired_status: s.desired_status,
             client_status: s.client_status,
-            csi_volume_requests: Vec::new(),
+            csi_volume_requests: VolumeRequests::new(),
             create_index: s.create_index,
             modify_index: s.modify_index,
         })))
@@ -175,7 +175,8 @@ mod tests {
             csi_volume_requests: vec![CsiVolumeRequest {
                 volume_id: "vol".into(),
                 read_only: true,
-            }],
+            }]
+            .into(),
             create_index: 3,
             modify_index: 7,
         })
@@ -206,7 +207,7 @@ mod tests {
     fn equality_is_on_the_summary() {
         let a = alloc();
         let other = Arc::new(Allocation {
-            csi_volume_requests: Vec::new(),
+            csi_volume_requests: VolumeRequests::new(),
             ..(*a).clone()
         });
         assert_eq!(AllocListStub::new(a.clone()), AllocListStub::new(other));

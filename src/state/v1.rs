@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AclToken, AllocListStub, Allocation, ClientStatus, CsiPlugin, CsiVolume, CsiVolumeRequest,
-    DesiredStatus, Id, Node, NodeStatus, PluginInstances,
+    AclToken, AllocListStub, Allocation, ClientStatus, CsiPlugin, CsiVolume, DesiredStatus, Id,
+    Node, NodeStatus, PluginInstances, VolumeRequests,
 };
 
 use super::command::{Command, CsiVolumeClaimRequest};
@@ -27,7 +27,7 @@ pub struct AllocationV1 {
     node_id: Id,
     desired_status: DesiredStatus,
     client_status: ClientStatus,
-    csi_volume_requests: Vec<CsiVolumeRequest>,
+    csi_volume_requests: VolumeRequests,
     create_index: u64,
     modify_index: u64,
 }

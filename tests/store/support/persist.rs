@@ -572,7 +572,7 @@ impl Gen {
             node_id: id(&format!("n{}", (no + self.rng.u32(..2)) % NODES)),
             desired_status: desired,
             client_status: client,
-            csi_volume_requests: requests,
+            csi_volume_requests: requests.into(),
             ..Default::default()
         }
     }

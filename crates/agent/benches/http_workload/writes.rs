@@ -65,7 +65,7 @@ impl Work {
             node_id: self.ds.node_ids[i].clone(),
             desired_status: DesiredStatus::Run,
             client_status: ClientStatus::Pending,
-            csi_volume_requests: Vec::new(),
+            csi_volume_requests: Default::default(),
             create_index: 0,
             modify_index: 0,
         }

@@ -117,7 +117,8 @@ impl<B: super::Backend> Cluster<B> {
             a.csi_volume_requests = vec![CsiVolumeRequest {
                 volume_id: vol.id.clone(),
                 read_only: !write,
-            }];
+            }]
+            .into();
             let external_node_id = v
                 .node(&nid)
                 .and_then(|n| n.csi_node_plugins.get(spec.id).cloned())

@@ -43,7 +43,8 @@ fn app(id: &str, namespace: &str, node: &str, volume: &str, read_only: bool) -> 
         csi_volume_requests: vec![CsiVolumeRequest {
             volume_id: Id::from(volume),
             read_only,
-        }],
+        }]
+        .into(),
         ..alloc(id, volume, "app", node)
     }
 }

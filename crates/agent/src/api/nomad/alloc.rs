@@ -151,7 +151,7 @@ impl TryFrom<NomadAllocListStub> for Allocation {
             node_id: a.node_id,
             desired_status: a.desired_status,
             client_status: a.client_status,
-            csi_volume_requests: Vec::new(),
+            csi_volume_requests: Default::default(),
             create_index: a.create_index,
             modify_index: a.modify_index,
         })

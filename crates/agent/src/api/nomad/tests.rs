@@ -77,7 +77,8 @@ fn alloc() -> Allocation {
         csi_volume_requests: vec![CsiVolumeRequest {
             volume_id: "vol-1".into(),
             read_only: true,
-        }],
+        }]
+        .into(),
         create_index: 4,
         modify_index: 7,
     }
