@@ -28,7 +28,7 @@ fn fingerprint(plugin: usize, alloc: &Id, controller: bool, healthy: bool) -> Ar
         plugin_id: format!("plugin-{plugin:02}").into(),
         alloc_id: alloc.clone(),
         healthy,
-        provider: format!("org.example.csi.driver-{plugin:02}"),
+        provider: format!("org.example.csi.driver-{plugin:02}").into(),
         provider_version: "1.2.3".into(),
         requires_controller_plugin: true,
         controller_info: controller.then(CsiControllerInfo::default),

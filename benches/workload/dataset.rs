@@ -110,7 +110,7 @@ impl Dataset {
             alloc_id,
             healthy: true,
             health_description: "healthy".into(),
-            provider: provider(p),
+            provider: provider(p).into(),
             provider_version: "1.2.3".into(),
             requires_controller_plugin: true,
             node_info: Some(CsiNodeInfo {
@@ -144,7 +144,7 @@ impl Dataset {
                     alloc_id: self.alloc_ids[i * self.allocs_per + (2 % self.allocs_per)].clone(),
                     healthy: true,
                     health_description: "healthy".into(),
-                    provider: provider(p),
+                    provider: provider(p).into(),
                     provider_version: "1.2.3".into(),
                     requires_controller_plugin: true,
                     controller_info: Some(CsiControllerInfo {

@@ -209,7 +209,7 @@ fn set_extra_fingerprint(ctx: &mut Ctx, i: usize, plugin: Option<&str>) {
         Some(pid) => {
             let mut f = (*ds.node_fingerprint(i, 1)).clone();
             f.plugin_id = Id::from(pid);
-            f.provider = format!("org.example.csi.driver-{pid}");
+            f.provider = format!("org.example.csi.driver-{pid}").into();
             n.csi_node_plugins.insert(f.plugin_id.clone(), Arc::new(f));
         }
         None => n.csi_node_plugins.retain(|k, _| ds.plugin_ids.contains(k)),

@@ -22,16 +22,16 @@ pub struct CsiInfo {
     pub healthy: bool,
     /// Human-readable detail on the instance's health.
     #[serde(default)]
-    pub health_description: String,
+    pub health_description: Id,
     /// When the report was made, in unix nanoseconds, as supplied by the write request.
     #[serde(default)]
     pub update_time: u64,
     /// The vendor name from the CSI identity call `GetPluginInfo`.
     #[serde(default)]
-    pub provider: String,
+    pub provider: Id,
     /// The vendor version from the CSI identity call `GetPluginInfo`.
     #[serde(default)]
-    pub provider_version: String,
+    pub provider_version: Id,
     /// Whether the plugin needs a controller instance to serve volumes.
     #[serde(default)]
     pub requires_controller_plugin: bool,
@@ -111,11 +111,7 @@ impl CsiInfo {
     /// The same fingerprint with the vendor name and version the plugin reported
     /// through the CSI identity call `GetPluginInfo`.
     #[must_use]
-    pub fn with_provider(
-        mut self,
-        provider: impl Into<String>,
-        version: impl Into<String>,
-    ) -> Self {
+    pub fn with_provider(mut self, provider: impl Into<Id>, version: impl Into<Id>) -> Self {
         self.provider = provider.into();
         self.provider_version = version.into();
         self
@@ -123,7 +119,7 @@ impl CsiInfo {
 
     /// The same fingerprint with this health and description.
     #[must_use]
-    pub fn with_health(mut self, healthy: bool, description: impl Into<String>) -> Self {
+    pub fn with_health(mut self, healthy: bool, description: impl Into<Id>) -> Self {
         self.healthy = healthy;
         self.health_description = description.into();
         self

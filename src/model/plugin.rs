@@ -162,9 +162,9 @@ pub struct CsiPlugin {
     /// The plugin's id (global; the key of the plugins table).
     pub id: Id,
     /// The vendor name last reported by an instance.
-    pub provider: String,
+    pub provider: Id,
     /// The vendor version last reported by an instance.
-    pub version: String,
+    pub version: Id,
     /// Whether the plugin needs a controller, as last reported by a controller instance.
     pub controller_required: bool,
     /// The controller instances, by node id.
@@ -191,8 +191,8 @@ impl CsiPlugin {
     pub fn new(id: impl Into<Id>, index: u64) -> Self {
         CsiPlugin {
             id: id.into(),
-            provider: String::new(),
-            version: String::new(),
+            provider: Id::new(),
+            version: Id::new(),
             controller_required: false,
             controllers: PluginInstances::new(),
             nodes: PluginInstances::new(),

@@ -167,7 +167,7 @@ pub struct CsiVolume {
     pub plugin_id: Id,
     /// The plugin's vendor name, copied at registration.
     #[serde(default)]
-    pub provider: String,
+    pub provider: Id,
 
     /// The volume's human-readable name.
     #[serde(default)]
@@ -220,7 +220,7 @@ pub struct CsiVolume {
 
     /// The plugin's vendor version (denormalized on read).
     #[serde(default)]
-    pub provider_version: String,
+    pub provider_version: Id,
     /// The plugin's healthy controller count (denormalized on read).
     #[serde(default)]
     pub controllers_healthy: usize,
@@ -257,7 +257,7 @@ impl CsiVolume {
     /// Resets the fields that are only meaningful on a denormalized copy (provider
     /// version, health counts, schedulability) to what a stored row holds.
     pub fn clear_denormalized(&mut self) {
-        self.provider_version.clear();
+        self.provider_version = Id::new();
         self.controllers_healthy = 0;
         self.controllers_expected = 0;
         self.nodes_healthy = 0;

@@ -7,13 +7,13 @@ use crate::model::{Id, Node, NodeStatus};
 
 use super::error::{Result, StateError};
 use super::expectations::node_eligibility_changed;
-use super::shared_ids::reuse_node_parts;
+use super::shared_ids::{SharedIds, reuse_node_parts, share_fingerprint_strings};
 use super::tables::InstanceKind;
 use super::writer::Writer;
 
 /// Replaces node `n` and derives its plugin instances (docs/rules.md §4.1).
 pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
-    upsert_one(w, node)?;
+    upsert_one(w, node, &mut SharedIds::default())?;
     w.flush_plugins()
 }
 
@@ -21,14 +21,15 @@ pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
 pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
     // An empty batch, an empty id and misfiled fingerprints are input rules
     // (`input.rs`), checked before any of this runs.
+    let mut descriptions = SharedIds::default();
     for node in nodes {
-        upsert_one(w, node)?;
+        upsert_one(w, node, &mut descriptions)?;
     }
     w.flush_plugins()
 }
 
 /// The node row and its plugin entries; plugins stay in the writer until flushed.
-fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
+fn upsert_one(w: &mut Writer, mut node: Node, descriptions: &mut SharedIds) -> Result<()> {
     // Borrowed: only the create index is needed, not a counted reference.
     let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
     node.create_index = existing.map_or(w.index, |n| n.create_index);
@@ -36,6 +37,12 @@ fn upsert_one(w: &mut Writer, mut node: Node) -> Result<()> {
     if let Some(old) = existing {
         reuse_node_parts(&mut node, old);
     }
+    share_fingerprint_strings(
+        &mut node,
+        existing,
+        |plugin_id| w.plugin_provider(plugin_id),
+        descriptions,
+    );
     node.modify_index = w.index;
     let node = Arc::new(node);
     w.txn.insert(w.t.nodes, Arc::clone(&node))?;

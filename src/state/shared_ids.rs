@@ -18,7 +18,9 @@
 //! - for a node id, the node's own row.
 //!
 //! A node row written again (a client re-registering) likewise keeps its stored id
-//! and every fingerprint identical to the stored one ([`reuse_node_parts`]).
+//! and every fingerprint identical to the stored one ([`reuse_node_parts`]), and a
+//! fingerprint's vendor name and version point at its plugin's row's copies
+//! ([`share_provider_strings`]): every node reports the same few of them.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -155,9 +157,181 @@ pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
     }
 }
 
+/// Points the vendor name and version of each of the node's fingerprints at the
+/// copies its plugin's row holds (`plugin_strings` gives them, as the command sees
+/// the plugin so far), where they are equal, and its health description at an
+/// earlier fingerprint's of the same command (`descriptions`). Every node reports the
+/// same few vendor names, versions and health descriptions.
+///
+/// A fingerprint that changes is copied first if something else holds it too
+/// (`Arc::make_mut`): applied from the Raft log, a node's fingerprints are shared
+/// with the log's cached entry, which lets go of them soon; keeping that entry's
+/// strings instead would keep one copy per node for as long as the row lives.
+///
+/// A fingerprint that is the stored row's (`old`, after [`reuse_node_parts`]) is left
+/// as it is: it already shares with the plugin's instance.
+pub(crate) fn share_fingerprint_strings(
+    node: &mut Node,
+    old: Option<&Node>,
+    plugin_strings: impl Fn(&str) -> Option<(Id, Id)>,
+    descriptions: &mut SharedIds,
+) {
+    let maps = [
+        (
+            &mut node.csi_controller_plugins,
+            old.map(|o| &o.csi_controller_plugins),
+        ),
+        (&mut node.csi_node_plugins, old.map(|o| &o.csi_node_plugins)),
+    ];
+    for (map, stored) in maps {
+        for info in map.values_mut() {
+            if stored
+                .and_then(|s| s.get(&info.plugin_id))
+                .is_some_and(|s| Arc::ptr_eq(s, info))
+            {
+                continue;
+            }
+            let mut provider = info.provider.clone();
+            let mut version = info.provider_version.clone();
+            let mut description = info.health_description.clone();
+            if let Some((stored_provider, stored_version)) = plugin_strings(&info.plugin_id) {
+                reuse(&mut provider, &stored_provider);
+                reuse(&mut version, &stored_version);
+            }
+            if !description.is_empty() {
+                descriptions.share(&mut description);
+            }
+            let moved = |new: &Id, old: &Id| !Id::ptr_eq(new, old);
+            if moved(&provider, &info.provider)
+                || moved(&version, &info.provider_version)
+                || moved(&description, &info.health_description)
+            {
+                let info = Arc::make_mut(info);
+                info.provider = provider;
+                info.provider_version = version;
+                info.health_description = description;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fingerprint_held_alone_points_at_its_plugins_vendor_strings() {
+        use crate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo};
+
+        let stored = (Id::from("ebs.csi.aws.com"), Id::from("1.25.0"));
+        let plugin_strings = |plugin: &str| (plugin == "ebs").then(|| stored.clone());
+        let mut node = Node::new("n1", "n1");
+        node.add_csi_plugin(
+            CsiInfo::controller_instance("ebs", "a1", CsiControllerInfo::default())
+                .with_provider("ebs.csi.aws.com", "1.25.0"),
+        );
+        // Another plugin, and one whose version differs: left alone.
+        node.add_csi_plugin(
+            CsiInfo::node_instance("nfs", "a2", CsiNodeInfo::default())
+                .with_provider("ebs.csi.aws.com", "1.25.0"),
+        );
+        share_fingerprint_strings(&mut node, None, plugin_strings, &mut SharedIds::default());
+        let ebs = node.csi_controller_plugins.get("ebs").unwrap();
+        assert!(Id::ptr_eq(&ebs.provider, &stored.0));
+        assert!(Id::ptr_eq(&ebs.provider_version, &stored.1));
+        let nfs = node.csi_node_plugins.get("nfs").unwrap();
+        assert!(!Id::ptr_eq(&nfs.provider, &stored.0));
+
+        let mut other = Node::new("n2", "n2");
+        other.add_csi_plugin(
+            CsiInfo::node_instance("ebs", "a3", CsiNodeInfo::default())
+                .with_provider("ebs.csi.aws.com", "1.26.0"),
+        );
+        share_fingerprint_strings(&mut other, None, plugin_strings, &mut SharedIds::default());
+        let ebs = other.csi_node_plugins.get("ebs").unwrap();
+        assert!(Id::ptr_eq(&ebs.provider, &stored.0));
+        assert_eq!(&*ebs.provider_version, "1.26.0");
+    }
+
+    #[test]
+    fn a_fingerprint_held_elsewhere_is_copied_only_when_it_changes() {
+        use crate::model::{CsiControllerInfo, CsiInfo};
+
+        let stored = (Id::from("ebs.csi.aws.com"), Id::from("1.25.0"));
+        let mut node = Node::new("n1", "n1");
+        node.add_csi_plugin(
+            CsiInfo::controller_instance("ebs", "a1", CsiControllerInfo::default())
+                .with_provider("ebs.csi.aws.com", "1.25.0")
+                .with_health(true, "healthy"),
+        );
+        let entry = Arc::clone(node.csi_controller_plugins.get("ebs").unwrap());
+        let mut descriptions = SharedIds::default();
+        share_fingerprint_strings(&mut node, None, |_| Some(stored.clone()), &mut descriptions);
+        let row = node.csi_controller_plugins.get("ebs").unwrap();
+        assert!(!Arc::ptr_eq(row, &entry), "copied: the entry keeps its own");
+        assert!(Id::ptr_eq(&row.provider, &stored.0));
+        assert_eq!(**row, *entry);
+
+        // Nothing to move: the same Arc stays, however many hold it.
+        let before = Arc::clone(row);
+        share_fingerprint_strings(&mut node, None, |_| Some(stored.clone()), &mut descriptions);
+        assert!(Arc::ptr_eq(
+            node.csi_controller_plugins.get("ebs").unwrap(),
+            &before
+        ));
+    }
+
+    #[test]
+    fn a_fingerprint_that_is_the_stored_rows_is_left_alone() {
+        use crate::model::{CsiControllerInfo, CsiInfo};
+
+        let mut stored_node = Node::new("n1", "n1");
+        stored_node.add_csi_plugin(
+            CsiInfo::controller_instance("ebs", "a1", CsiControllerInfo::default())
+                .with_provider("ebs.csi.aws.com", "1.25.0"),
+        );
+        let mut node = stored_node.clone();
+        let plugin = (Id::from("ebs.csi.aws.com"), Id::from("1.25.0"));
+        share_fingerprint_strings(
+            &mut node,
+            Some(&stored_node),
+            |_| Some(plugin.clone()),
+            &mut SharedIds::default(),
+        );
+        assert!(Arc::ptr_eq(
+            node.csi_controller_plugins.get("ebs").unwrap(),
+            stored_node.csi_controller_plugins.get("ebs").unwrap()
+        ));
+    }
+
+    #[test]
+    fn health_descriptions_of_one_command_share_one_copy() {
+        use crate::model::{CsiInfo, CsiNodeInfo};
+
+        let mut descriptions = SharedIds::default();
+        let mut nodes: Vec<Node> = (0..3)
+            .map(|i| {
+                let mut n = Node::new(format!("n{i}"), "n");
+                n.add_csi_plugin(
+                    CsiInfo::node_instance("nfs", format!("a{i}"), CsiNodeInfo::default())
+                        .with_health(true, "healthy"),
+                );
+                n
+            })
+            .collect();
+        for n in &mut nodes {
+            share_fingerprint_strings(n, None, |_| None, &mut descriptions);
+        }
+        let first = &nodes[0]
+            .csi_node_plugins
+            .get("nfs")
+            .unwrap()
+            .health_description;
+        for n in &nodes[1..] {
+            let d = &n.csi_node_plugins.get("nfs").unwrap().health_description;
+            assert!(Id::ptr_eq(d, first));
+        }
+    }
 
     #[test]
     fn a_later_equal_id_points_at_the_first_copy() {

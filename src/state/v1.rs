@@ -72,8 +72,8 @@ impl From<&Allocation> for AllocationV1 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsiPluginV1 {
     id: Id,
-    provider: String,
-    version: String,
+    provider: Id,
+    version: Id,
     controller_required: bool,
     controllers: PluginInstances,
     nodes: PluginInstances,

@@ -20,13 +20,9 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
         let stored = w.view().csi_volume(&req.namespace, &req.id);
         let mut vol = match &stored {
             Some(old) => {
-                let identity = [
+                let identity: [(&str, &str, &str); 3] = [
                     ("external id", &old.external_id, &req.external_id),
-                    (
-                        "plugin id",
-                        &old.plugin_id.to_string(),
-                        &req.plugin_id.to_string(),
-                    ),
+                    ("plugin id", &old.plugin_id, &req.plugin_id),
                     ("provider", &old.provider, &plugin.provider),
                 ];
                 for (field, old_value, new_value) in identity {
@@ -35,8 +31,8 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
                             namespace: req.namespace.clone(),
                             id: req.id.clone(),
                             field,
-                            old: old_value.clone(),
-                            new: new_value.clone(),
+                            old: old_value.to_string(),
+                            new: new_value.to_string(),
                         });
                     }
                 }

@@ -105,6 +105,19 @@ impl Writer {
         }
     }
 
+    /// The vendor name and version of plugin `id` as this command currently sees it
+    /// (for fingerprints to share; see `shared_ids`).
+    pub(crate) fn plugin_provider(&self, id: &str) -> Option<(Id, Id)> {
+        match self.plugins.get(id) {
+            Some(edit) => Some((edit.plugin.provider.clone(), edit.plugin.version.clone())),
+            None => self
+                .txn
+                .view()
+                .get_value(self.t.plugins, &Key::str(id))
+                .map(|p| (p.provider.clone(), p.version.clone())),
+        }
+    }
+
     /// Starts (or continues) editing plugin `id`; creates it if `create` and absent.
     fn edit(&mut self, id: &Id, create: bool) -> Option<&mut PluginEdit> {
         if !self.plugins.contains_key(id) {

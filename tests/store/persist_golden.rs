@@ -39,7 +39,7 @@ fn fingerprint(plugin: &str, node: &str, controller: bool, healthy: bool) -> Arc
         healthy,
         health_description: if healthy { "healthy" } else { "probe failed" }.into(),
         update_time: 1_700_000_000_000_000_000,
-        provider: format!("{plugin}.csi.example.com"),
+        provider: format!("{plugin}.csi.example.com").into(),
         provider_version: "1.4.2".into(),
         requires_controller_plugin: plugin == "ebs",
         requires_topologies: plugin == "ebs",

@@ -157,8 +157,8 @@ fn refused(e: &StateError) -> Refused {
 /// A plugin: plain maps of fingerprints.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MPlugin {
-    provider: String,
-    version: String,
+    provider: Id,
+    version: Id,
     controller_required: bool,
     controllers: BTreeMap<Id, Arc<CsiInfo>>,
     nodes: BTreeMap<Id, Arc<CsiInfo>>,
@@ -171,8 +171,8 @@ struct MPlugin {
 impl MPlugin {
     fn new(index: u64) -> MPlugin {
         MPlugin {
-            provider: String::new(),
-            version: String::new(),
+            provider: Id::new(),
+            version: Id::new(),
             controller_required: false,
             controllers: BTreeMap::new(),
             nodes: BTreeMap::new(),

@@ -1051,8 +1051,8 @@ struct Model {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct MPlugin {
-    provider: String,
-    version: String,
+    provider: Id,
+    version: Id,
     controller_required: bool,
     controllers: BTreeMap<Id, CsiInfo>,
     nodes: BTreeMap<Id, CsiInfo>,
@@ -1065,8 +1065,8 @@ impl MPlugin {
     fn content(
         &self,
     ) -> (
-        &String,
-        &String,
+        &Id,
+        &Id,
         bool,
         &BTreeMap<Id, CsiInfo>,
         &BTreeMap<Id, CsiInfo>,
@@ -1210,8 +1210,8 @@ impl Model {
                     continue;
                 }
                 let fresh = MPlugin {
-                    provider: String::new(),
-                    version: String::new(),
+                    provider: Id::new(),
+                    version: Id::new(),
                     controller_required: false,
                     controllers: BTreeMap::new(),
                     nodes: BTreeMap::new(),

@@ -258,10 +258,10 @@ pub fn fingerprint(
         plugin_id: Id::from(spec.id),
         alloc_id: alloc_id.clone(),
         healthy: healthy.is_none(),
-        health_description: healthy.unwrap_or("healthy").to_string(),
+        health_description: healthy.unwrap_or("healthy").into(),
         update_time: time,
-        provider: spec.provider.to_string(),
-        provider_version: spec.version.to_string(),
+        provider: spec.provider.into(),
+        provider_version: spec.version.into(),
         requires_controller_plugin: spec.controller,
         requires_topologies: spec.topology_key.is_some(),
         controller_info: (kind == Kind::Controller).then_some(CsiControllerInfo {

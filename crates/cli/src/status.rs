@@ -63,7 +63,7 @@ pub fn plugin_table(rows: &[PluginListStub]) -> String {
     for p in rows {
         t.add_row(vec![
             p.id.clone(),
-            p.provider.clone(),
+            p.provider.to_string(),
             ratio(p.controllers_healthy, p.controllers_expected),
             ratio(p.nodes_healthy, p.nodes_expected),
         ]);
@@ -96,8 +96,8 @@ pub fn plugin(args: &PluginArgs) -> Result<(), CliError> {
     }
     let mut out = key_values(&[
         ("ID", p.id.to_string()),
-        ("Provider", p.provider.clone()),
-        ("Version", p.version.clone()),
+        ("Provider", p.provider.to_string()),
+        ("Version", p.version.to_string()),
         ("Controller Required", p.controller_required.to_string()),
         ("Controllers Healthy", p.controllers_healthy().to_string()),
         ("Controllers Expected", p.controllers_expected().to_string()),
@@ -120,7 +120,7 @@ pub fn plugin(args: &PluginArgs) -> Result<(), CliError> {
                 node.to_string(),
                 kind.to_string(),
                 info.alloc_id.to_string(),
-                info.health_description.clone(),
+                info.health_description.to_string(),
             ]);
         }
         out.push_str("\nUnhealthy Instances\n");
@@ -282,10 +282,10 @@ pub fn node(args: &NodeArgs) -> Result<(), CliError> {
                 i.plugin_id.to_string(),
                 kind.to_string(),
                 i.healthy.to_string(),
-                i.provider.clone(),
-                i.provider_version.clone(),
+                i.provider.to_string(),
+                i.provider_version.to_string(),
                 i.alloc_id.to_string(),
-                i.health_description.clone(),
+                i.health_description.to_string(),
             ]);
         }
         out.push_str(&render(&t));

@@ -495,7 +495,7 @@ impl Gen {
             healthy,
             health_description: if healthy { "healthy" } else { "probe failed" }.into(),
             update_time: self.rng.u64(1..1_000_000),
-            provider: format!("{plugin}.csi.example.com"),
+            provider: format!("{plugin}.csi.example.com").into(),
             provider_version: if self.rng.u32(..10) == 0 {
                 "1.1.0"
             } else {

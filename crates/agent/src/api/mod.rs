@@ -11,7 +11,7 @@ pub mod nomad;
 
 use std::time::Duration;
 
-use schedstate::model::CsiPlugin;
+use schedstate::model::{CsiPlugin, Id};
 use serde::{Deserialize, Serialize};
 
 pub use acl::{AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, HealthStatus};
@@ -51,9 +51,9 @@ pub struct PluginListStub {
     /// The plugin id.
     pub id: String,
     /// The provider name from the CSI GetPluginInfo call (`ebs.csi.aws.com`).
-    pub provider: String,
+    pub provider: Id,
     /// The provider's version.
-    pub version: String,
+    pub version: Id,
     /// Whether the plugin needs a controller.
     pub controller_required: bool,
     /// Healthy controller instances.

@@ -59,7 +59,7 @@ fn demo_then_status_commands_match_the_store() {
     for (row, p) in r[1..].iter().zip(&plugins) {
         let want = [
             p.id.to_string(),
-            p.provider.clone(),
+            p.provider.to_string(),
             format!("{}/{}", p.controllers_healthy(), p.controllers_expected()),
             format!("{}/{}", p.nodes_healthy(), p.nodes_expected()),
         ];
@@ -125,7 +125,7 @@ fn demo_then_status_commands_match_the_store() {
     assert_eq!(list.len(), plugins.len());
     for (j, p) in list.iter().zip(&plugins) {
         assert_eq!(j["id"], *p.id);
-        assert_eq!(j["provider"], p.provider);
+        assert_eq!(j["provider"], p.provider.as_str());
         assert_eq!(j["nodes_healthy"], p.nodes_healthy());
         assert_eq!(j["controllers_expected"], p.controllers_expected());
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use schedstate::model::{
-    CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, CsiTopology, Expected, PluginInstances,
+    CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiPlugin, CsiTopology, Expected, Id, PluginInstances,
     PluginJob,
 };
 use serde::{Deserialize, Serialize};
@@ -26,14 +26,14 @@ pub struct NomadCsiInfo {
     #[serde(rename = "Healthy", default)]
     pub healthy: bool,
     #[serde(rename = "HealthDescription", default)]
-    pub health_description: String,
+    pub health_description: Id,
     /// RFC 3339.
     #[serde(rename = "UpdateTime", default)]
     pub update_time: String,
     #[serde(rename = "Provider", default)]
-    pub provider: String,
+    pub provider: Id,
     #[serde(rename = "ProviderVersion", default)]
-    pub provider_version: String,
+    pub provider_version: Id,
     #[serde(rename = "RequiresControllerPlugin", default)]
     pub requires_controller_plugin: bool,
     #[serde(rename = "RequiresTopologies", default)]
@@ -175,7 +175,7 @@ pub struct NomadCsiPluginListStub {
     #[serde(rename = "ID")]
     pub id: String,
     #[serde(rename = "Provider", default)]
-    pub provider: String,
+    pub provider: Id,
     #[serde(rename = "ControllerRequired", default)]
     pub controller_required: bool,
     #[serde(rename = "ControllersHealthy", default)]
@@ -285,9 +285,9 @@ pub struct NomadCsiPlugin {
     #[serde(rename = "ID")]
     pub id: String,
     #[serde(rename = "Provider", default)]
-    pub provider: String,
+    pub provider: Id,
     #[serde(rename = "Version", default)]
-    pub version: String,
+    pub version: Id,
     #[serde(rename = "ControllerRequired", default)]
     pub controller_required: bool,
     #[serde(rename = "Controllers", default)]

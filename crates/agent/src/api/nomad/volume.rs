@@ -205,9 +205,9 @@ pub struct NomadCsiVolume {
     #[serde(rename = "PluginID", default)]
     pub plugin_id: String,
     #[serde(rename = "Provider", default)]
-    pub provider: String,
+    pub provider: Id,
     #[serde(rename = "ProviderVersion", default)]
-    pub provider_version: String,
+    pub provider_version: Id,
     #[serde(rename = "Topologies", default)]
     pub topologies: Vec<NomadCsiTopology>,
     #[serde(rename = "RequestedCapabilities", default)]
@@ -380,7 +380,7 @@ pub struct NomadCsiVolumeListStub {
     #[serde(rename = "PluginID", default)]
     pub plugin_id: String,
     #[serde(rename = "Provider", default)]
-    pub provider: String,
+    pub provider: Id,
     #[serde(rename = "ControllerRequired", default)]
     pub controller_required: bool,
     #[serde(rename = "ControllersHealthy", default)]
