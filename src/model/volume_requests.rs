@@ -126,6 +126,17 @@ mod tests {
     }
 
     #[test]
+    fn a_claimed_length_is_not_allocated_up_front() {
+        // A record that claims 2^62 requests and holds none: refused as a decode
+        // error, after preallocating at most thin-vec's cap (4,096 elements), not a
+        // capacity overflow or an allocation of the claimed size.
+        let mut bytes = postcard::to_stdvec(&(1u64 << 62)).unwrap();
+        assert!(postcard::from_bytes::<VolumeRequests>(&bytes).is_err());
+        bytes.extend(postcard::to_stdvec(&request("vol-a", false)).unwrap());
+        assert!(postcard::from_bytes::<VolumeRequests>(&bytes).is_err());
+    }
+
+    #[test]
     fn reads_and_edits_like_a_list() {
         let mut list: VolumeRequests = [request("b", false), request("a", true)]
             .into_iter()
