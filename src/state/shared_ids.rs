@@ -20,12 +20,12 @@
 //! A node row written again (a client re-registering) likewise keeps its stored id
 //! and every fingerprint identical to the stored one ([`reuse_node_parts`]), and a
 //! fingerprint's vendor name and version point at its plugin's row's copies
-//! ([`share_provider_strings`]): every node reports the same few of them.
+//! ([`share_fingerprint_strings`]): every node reports the same few of them.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::model::{Allocation, Id, Node};
+use crate::model::{Allocation, CsiInfo, Id, Node};
 
 /// The distinct values of one field seen so far in one command.
 #[derive(Default)]
@@ -183,8 +183,15 @@ pub(crate) fn share_fingerprint_strings(
         ),
         (&mut node.csi_node_plugins, old.map(|o| &o.csi_node_plugins)),
     ];
+    // A monolith's fingerprint is one `Arc` in both maps: the copy made for the
+    // controller map replaces it in the node map too.
+    let mut copied: Vec<(Arc<CsiInfo>, Arc<CsiInfo>)> = Vec::new();
     for (map, stored) in maps {
         for info in map.values_mut() {
+            if let Some((_, copy)) = copied.iter().find(|(was, _)| Arc::ptr_eq(was, info)) {
+                *info = Arc::clone(copy);
+                continue;
+            }
             if stored
                 .and_then(|s| s.get(&info.plugin_id))
                 .is_some_and(|s| Arc::ptr_eq(s, info))
@@ -206,10 +213,14 @@ pub(crate) fn share_fingerprint_strings(
                 || moved(&version, &info.provider_version)
                 || moved(&description, &info.health_description)
             {
-                let info = Arc::make_mut(info);
-                info.provider = provider;
-                info.provider_version = version;
-                info.health_description = description;
+                let was = (info.is_controller() && info.is_node()).then(|| Arc::clone(info));
+                let inner = Arc::make_mut(info);
+                inner.provider = provider;
+                inner.provider_version = version;
+                inner.health_description = description;
+                if let Some(was) = was {
+                    copied.push((was, Arc::clone(info)));
+                }
             }
         }
     }
@@ -302,6 +313,35 @@ mod tests {
             node.csi_controller_plugins.get("ebs").unwrap(),
             stored_node.csi_controller_plugins.get("ebs").unwrap()
         ));
+    }
+
+    #[test]
+    fn a_monoliths_fingerprint_stays_one_in_both_maps() {
+        use crate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo};
+
+        let plugin = (Id::from("hostpath.csi.k8s.io"), Id::from("1.0"));
+        let mut node = Node::new("n1", "n1");
+        node.add_csi_plugin(
+            CsiInfo::monolith_instance(
+                "hostpath",
+                "a1",
+                CsiControllerInfo::default(),
+                CsiNodeInfo::default(),
+            )
+            .with_provider("hostpath.csi.k8s.io", "1.0"),
+        );
+        let entry = Arc::clone(node.csi_node_plugins.get("hostpath").unwrap());
+        share_fingerprint_strings(
+            &mut node,
+            None,
+            |_| Some(plugin.clone()),
+            &mut SharedIds::default(),
+        );
+        let controller = node.csi_controller_plugins.get("hostpath").unwrap();
+        let node_half = node.csi_node_plugins.get("hostpath").unwrap();
+        assert!(Arc::ptr_eq(controller, node_half));
+        assert!(!Arc::ptr_eq(controller, &entry));
+        assert!(Id::ptr_eq(&controller.provider, &plugin.0));
     }
 
     #[test]
