@@ -170,10 +170,10 @@ pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
 ///
 /// A fingerprint that is the stored row's (`old`, after [`reuse_node_parts`]) is left
 /// as it is: it already shares with the plugin's instance.
-pub(crate) fn share_fingerprint_strings(
+pub(crate) fn share_fingerprint_strings<'p>(
     node: &mut Node,
     old: Option<&Node>,
-    plugin_strings: impl Fn(&str) -> Option<(Id, Id)>,
+    plugin_strings: impl Fn(&str) -> Option<(&'p Id, &'p Id)>,
     descriptions: &mut SharedIds,
 ) {
     let maps = [
@@ -183,6 +183,10 @@ pub(crate) fn share_fingerprint_strings(
         ),
         (&mut node.csi_node_plugins, old.map(|o| &o.csi_node_plugins)),
     ];
+    // An equal string in another copy: the one to point at (none if already there).
+    let other_copy = |mine: &Id, theirs: &Id| {
+        (!Id::ptr_eq(mine, theirs) && mine == theirs).then(|| theirs.clone())
+    };
     // A monolith's fingerprint is one `Arc` in both maps: the copy made for the
     // controller map replaces it in the node map too.
     let mut copied: Vec<(Arc<CsiInfo>, Arc<CsiInfo>)> = Vec::new();
@@ -198,29 +202,38 @@ pub(crate) fn share_fingerprint_strings(
             {
                 continue;
             }
-            let mut provider = info.provider.clone();
-            let mut version = info.provider_version.clone();
-            let mut description = info.health_description.clone();
-            if let Some((stored_provider, stored_version)) = plugin_strings(&info.plugin_id) {
-                reuse(&mut provider, &stored_provider);
-                reuse(&mut version, &stored_version);
+            // Compared by reference first: a node written again with the strings it
+            // already shares touches no reference count here.
+            let (provider, version) = match plugin_strings(&info.plugin_id) {
+                Some((p, v)) => (
+                    other_copy(&info.provider, p),
+                    other_copy(&info.provider_version, v),
+                ),
+                None => (None, None),
+            };
+            let description = if info.health_description.is_empty() {
+                None
+            } else {
+                let mut d = info.health_description.clone();
+                descriptions.share(&mut d);
+                (!Id::ptr_eq(&d, &info.health_description)).then_some(d)
+            };
+            if provider.is_none() && version.is_none() && description.is_none() {
+                continue;
             }
-            if !description.is_empty() {
-                descriptions.share(&mut description);
+            let was = (info.is_controller() && info.is_node()).then(|| Arc::clone(info));
+            let inner = Arc::make_mut(info);
+            if let Some(p) = provider {
+                inner.provider = p;
             }
-            let moved = |new: &Id, old: &Id| !Id::ptr_eq(new, old);
-            if moved(&provider, &info.provider)
-                || moved(&version, &info.provider_version)
-                || moved(&description, &info.health_description)
-            {
-                let was = (info.is_controller() && info.is_node()).then(|| Arc::clone(info));
-                let inner = Arc::make_mut(info);
-                inner.provider = provider;
-                inner.provider_version = version;
-                inner.health_description = description;
-                if let Some(was) = was {
-                    copied.push((was, Arc::clone(info)));
-                }
+            if let Some(v) = version {
+                inner.provider_version = v;
+            }
+            if let Some(d) = description {
+                inner.health_description = d;
+            }
+            if let Some(was) = was {
+                copied.push((was, Arc::clone(info)));
             }
         }
     }
@@ -235,7 +248,7 @@ mod tests {
         use crate::model::{CsiControllerInfo, CsiInfo, CsiNodeInfo};
 
         let stored = (Id::from("ebs.csi.aws.com"), Id::from("1.25.0"));
-        let plugin_strings = |plugin: &str| (plugin == "ebs").then(|| stored.clone());
+        let plugin_strings = |plugin: &str| (plugin == "ebs").then_some((&stored.0, &stored.1));
         let mut node = Node::new("n1", "n1");
         node.add_csi_plugin(
             CsiInfo::controller_instance("ebs", "a1", CsiControllerInfo::default())
@@ -277,7 +290,12 @@ mod tests {
         );
         let entry = Arc::clone(node.csi_controller_plugins.get("ebs").unwrap());
         let mut descriptions = SharedIds::default();
-        share_fingerprint_strings(&mut node, None, |_| Some(stored.clone()), &mut descriptions);
+        share_fingerprint_strings(
+            &mut node,
+            None,
+            |_| Some((&stored.0, &stored.1)),
+            &mut descriptions,
+        );
         let row = node.csi_controller_plugins.get("ebs").unwrap();
         assert!(!Arc::ptr_eq(row, &entry), "copied: the entry keeps its own");
         assert!(Id::ptr_eq(&row.provider, &stored.0));
@@ -285,7 +303,12 @@ mod tests {
 
         // Nothing to move: the same Arc stays, however many hold it.
         let before = Arc::clone(row);
-        share_fingerprint_strings(&mut node, None, |_| Some(stored.clone()), &mut descriptions);
+        share_fingerprint_strings(
+            &mut node,
+            None,
+            |_| Some((&stored.0, &stored.1)),
+            &mut descriptions,
+        );
         assert!(Arc::ptr_eq(
             node.csi_controller_plugins.get("ebs").unwrap(),
             &before
@@ -306,7 +329,7 @@ mod tests {
         share_fingerprint_strings(
             &mut node,
             Some(&stored_node),
-            |_| Some(plugin.clone()),
+            |_| Some((&plugin.0, &plugin.1)),
             &mut SharedIds::default(),
         );
         assert!(Arc::ptr_eq(
@@ -334,7 +357,7 @@ mod tests {
         share_fingerprint_strings(
             &mut node,
             None,
-            |_| Some(plugin.clone()),
+            |_| Some((&plugin.0, &plugin.1)),
             &mut SharedIds::default(),
         );
         let controller = node.csi_controller_plugins.get("hostpath").unwrap();

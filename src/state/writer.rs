@@ -107,14 +107,14 @@ impl Writer {
 
     /// The vendor name and version of plugin `id` as this command currently sees it
     /// (for fingerprints to share; see `shared_ids`).
-    pub(crate) fn plugin_provider(&self, id: &str) -> Option<(Id, Id)> {
+    pub(crate) fn plugin_provider(&self, id: &str) -> Option<(&Id, &Id)> {
         match self.plugins.get(id) {
-            Some(edit) => Some((edit.plugin.provider.clone(), edit.plugin.version.clone())),
+            Some(edit) => Some((&edit.plugin.provider, &edit.plugin.version)),
             None => self
                 .txn
                 .view()
                 .get_value(self.t.plugins, &Key::str(id))
-                .map(|p| (p.provider.clone(), p.version.clone())),
+                .map(|p| (&p.provider, &p.version)),
         }
     }
 
