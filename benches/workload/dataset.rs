@@ -114,7 +114,7 @@ impl Dataset {
             provider_version: "1.2.3".into(),
             requires_controller_plugin: true,
             node_info: Some(CsiNodeInfo {
-                id: self.node_ids[i].to_string(),
+                id: self.node_ids[i].to_string().into(),
                 max_volumes: 64,
                 accessible_topology: None,
                 requires_node_stage_volume: true,

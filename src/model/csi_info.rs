@@ -193,7 +193,7 @@ pub struct CsiControllerInfo {
 #[serde(deny_unknown_fields)]
 pub struct CsiNodeInfo {
     /// The provider's id for this node.
-    pub id: String,
+    pub id: Id,
     /// The most volumes the provider will attach to this node.
     pub max_volumes: u64,
     /// The topology segments from which this node can reach volumes.

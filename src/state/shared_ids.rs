@@ -159,9 +159,12 @@ pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
 
 /// Points the vendor name and version of each of the node's fingerprints at the
 /// copies its plugin's row holds (`plugin_strings` gives them, as the command sees
-/// the plugin so far), where they are equal, and its health description at an
-/// earlier fingerprint's of the same command (`descriptions`). Every node reports the
-/// same few vendor names, versions and health descriptions.
+/// the plugin so far), where they are equal, its health description at an earlier
+/// fingerprint's of the same command (`descriptions`), and the provider's id for the
+/// node (`node_info.id`) at the node's own id or an earlier fingerprint's of the same
+/// node. Every node reports the same few vendor names, versions and health
+/// descriptions, and its plugins mostly name the node alike (its id, or one cloud
+/// instance id for every plugin of the node).
 ///
 /// A fingerprint that changes is copied first if something else holds it too
 /// (`Arc::make_mut`): applied from the Raft log, a node's fingerprints are shared
@@ -190,6 +193,8 @@ pub(crate) fn share_fingerprint_strings<'p>(
     // A monolith's fingerprint is one `Arc` in both maps: the copy made for the
     // controller map replaces it in the node map too.
     let mut copied: Vec<(Arc<CsiInfo>, Arc<CsiInfo>)> = Vec::new();
+    let node_id = node.id.clone();
+    let mut instance_ids = SharedIds::default();
     for (map, stored) in maps {
         for info in map.values_mut() {
             if let Some((_, copy)) = copied.iter().find(|(was, _)| Arc::ptr_eq(was, info)) {
@@ -218,7 +223,16 @@ pub(crate) fn share_fingerprint_strings<'p>(
                 descriptions.share(&mut d);
                 (!Id::ptr_eq(&d, &info.health_description)).then_some(d)
             };
-            if provider.is_none() && version.is_none() && description.is_none() {
+            let instance_id = info.node_info.as_ref().and_then(|n| {
+                let mut id = n.id.clone();
+                instance_ids.share_or(&mut id, |mine| other_copy(mine, &node_id));
+                (!Id::ptr_eq(&id, &n.id)).then_some(id)
+            });
+            if provider.is_none()
+                && version.is_none()
+                && description.is_none()
+                && instance_id.is_none()
+            {
                 continue;
             }
             let was = (info.is_controller() && info.is_node()).then(|| Arc::clone(info));
@@ -231,6 +245,9 @@ pub(crate) fn share_fingerprint_strings<'p>(
             }
             if let Some(d) = description {
                 inner.health_description = d;
+            }
+            if let (Some(id), Some(n)) = (instance_id, inner.node_info.as_mut()) {
+                n.id = id;
             }
             if let Some(was) = was {
                 copied.push((was, Arc::clone(info)));
@@ -365,6 +382,42 @@ mod tests {
         assert!(Arc::ptr_eq(controller, node_half));
         assert!(!Arc::ptr_eq(controller, &entry));
         assert!(Id::ptr_eq(&controller.provider, &plugin.0));
+    }
+
+    #[test]
+    fn a_fingerprints_node_id_points_at_the_nodes_id_or_an_earlier_fingerprints() {
+        use crate::model::{CsiInfo, CsiNodeInfo};
+
+        let info = |id: &str| CsiNodeInfo {
+            id: Id::from(id),
+            ..CsiNodeInfo::default()
+        };
+        // The plugins name the node by its own id.
+        let mut node = Node::new("9f1c-node", "n1");
+        node.add_csi_plugin(CsiInfo::node_instance("ebs", "a1", info("9f1c-node")));
+        node.add_csi_plugin(CsiInfo::node_instance("efs", "a2", info("9f1c-node")));
+        share_fingerprint_strings(&mut node, None, |_| None, &mut SharedIds::default());
+        for plugin in ["ebs", "efs"] {
+            let fp = node.csi_node_plugins.get(plugin).unwrap();
+            let id = &fp.node_info.as_ref().unwrap().id;
+            assert!(Id::ptr_eq(id, &node.id), "{plugin}");
+        }
+
+        // The plugins name it by a cloud instance id: one copy for the node, and
+        // an id that differs keeps its own.
+        let mut node = Node::new("9f1c-node", "n1");
+        node.add_csi_plugin(CsiInfo::node_instance("ebs", "a1", info("i-0abc")));
+        node.add_csi_plugin(CsiInfo::node_instance("efs", "a2", info("i-0abc")));
+        node.add_csi_plugin(CsiInfo::node_instance("nfs", "a3", info("nfs-host-7")));
+        share_fingerprint_strings(&mut node, None, |_| None, &mut SharedIds::default());
+        let id = |plugin: &str| {
+            let fp = node.csi_node_plugins.get(plugin).unwrap();
+            fp.node_info.as_ref().unwrap().id.clone()
+        };
+        assert!(Id::ptr_eq(&id("ebs"), &id("efs")));
+        assert_eq!(&*id("ebs"), "i-0abc");
+        assert_eq!(&*id("nfs"), "nfs-host-7");
+        assert!(!Id::ptr_eq(&id("nfs"), &node.id));
     }
 
     #[test]

@@ -50,7 +50,7 @@ fn fingerprint(plugin: &str, node: &str, controller: bool, healthy: bool) -> Arc
             supports_list_volumes_attached_nodes: false,
         }),
         node_info: (!controller).then(|| CsiNodeInfo {
-            id: format!("i-{node}"),
+            id: format!("i-{node}").into(),
             max_volumes: 24,
             accessible_topology: Some(schedstate::model::CsiTopology {
                 segments: [("zone".to_string(), "eu-west-1a".to_string())].into(),

@@ -271,7 +271,7 @@ pub fn fingerprint(
             supports_list_volumes_attached_nodes: p != 1,
         }),
         node_info: (kind == Kind::Node).then(|| CsiNodeInfo {
-            id: provider_node_id(p, i),
+            id: provider_node_id(p, i).into(),
             max_volumes: spec.max_volumes,
             accessible_topology: zone(p, i).map(|(k, v)| CsiTopology {
                 segments: BTreeMap::from([(k, v)]),

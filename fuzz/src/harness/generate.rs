@@ -373,7 +373,7 @@ pub fn fingerprint(inp: &mut Input<'_>, plugin: &str, halves: u8) -> Arc<CsiInfo
             supports_list_volumes_attached_nodes: false,
         }),
         node_info: (halves & 2 != 0).then(|| CsiNodeInfo {
-            id: format!("i-{alloc_id}"),
+            id: format!("i-{alloc_id}").into(),
             max_volumes: inp.below(4) as u64,
             accessible_topology: inp.chance(20).then(|| CsiTopology {
                 segments: [("zone".to_string(), inp.pick(&["a", "b"]).to_string())].into(),

@@ -62,7 +62,7 @@ impl Fp {
     pub fn node(plugin: &str, alloc: &str) -> Fp {
         Fp(CsiInfo {
             node_info: Some(CsiNodeInfo {
-                id: format!("i-{alloc}"),
+                id: format!("i-{alloc}").into(),
                 max_volumes: 25,
                 accessible_topology: None,
                 requires_node_stage_volume: true,

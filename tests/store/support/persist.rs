@@ -510,7 +510,7 @@ impl Gen {
                 ..Default::default()
             }),
             node_info: (!controller).then(|| CsiNodeInfo {
-                id: format!("i-{node}"),
+                id: format!("i-{node}").into(),
                 max_volumes: 16,
                 accessible_topology: None,
                 requires_node_stage_volume: true,

@@ -122,7 +122,7 @@ impl<B: super::Backend> Cluster<B> {
             let external_node_id = v
                 .node(&nid)
                 .and_then(|n| n.csi_node_plugins.get(spec.id).cloned())
-                .and_then(|fp| fp.node_info.as_ref().map(|ni| ni.id.clone()))
+                .and_then(|fp| fp.node_info.as_ref().map(|ni| ni.id.to_string()))
                 .unwrap_or_default();
             let claim = CsiVolumeClaim {
                 alloc_id: id,

@@ -52,7 +52,7 @@ fn node(id: &str, status: NodeStatus, provider: (&str, &str)) -> Node {
             "ebs",
             format!("plugin-{id}"),
             CsiNodeInfo {
-                id: format!("i-{id}"),
+                id: format!("i-{id}").into(),
                 max_volumes: 16,
                 ..CsiNodeInfo::default()
             },

@@ -58,7 +58,7 @@ fn node_fp(plugin: &str, alloc_id: &str, node: &str) -> CsiInfo {
         plugin,
         alloc_id,
         CsiNodeInfo {
-            id: format!("{plugin}-{node}"),
+            id: format!("{plugin}-{node}").into(),
             max_volumes: 16,
             accessible_topology: None,
             requires_node_stage_volume: controller,

@@ -61,7 +61,7 @@ pub struct NomadCsiControllerInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiNodeInfo {
     #[serde(rename = "ID", default)]
-    pub id: String,
+    pub id: Id,
     #[serde(rename = "MaxVolumes", default)]
     pub max_volumes: u64,
     #[serde(rename = "AccessibleTopology", default)]
