@@ -14,7 +14,7 @@
 
 use std::ops::Bound;
 
-use schedstate::engine::PMap;
+use schedstate::engine::{KeyRef, PMap};
 use schedstate_fuzz::harness::input::Input;
 
 #[path = "../../crates/engine/tests/engine/pmap_check.rs"]

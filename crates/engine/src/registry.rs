@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use super::Key;
 use super::intervals::Intervals;
+use super::pmap::KeyRef;
 use super::root::{Root, RowMap};
 use super::schema::TableId;
 use super::waiters::Waiters;
@@ -330,8 +331,8 @@ fn range_differs(b: &RowMap, c: &RowMap, lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>
 /// Whether two runs of entries differ (keys, or rows by pointer); past
 /// `RANGE_COMPARE_LIMIT` entries they are taken to differ.
 fn entries_differ<'a>(
-    mut left: impl Iterator<Item = (&'a [u8], &'a super::schema::Row)>,
-    mut right: impl Iterator<Item = (&'a [u8], &'a super::schema::Row)>,
+    mut left: impl Iterator<Item = (KeyRef<'a>, &'a super::schema::Row)>,
+    mut right: impl Iterator<Item = (KeyRef<'a>, &'a super::schema::Row)>,
 ) -> bool {
     for _ in 0..RANGE_COMPARE_LIMIT {
         match (left.next(), right.next()) {

@@ -415,7 +415,7 @@ impl WriteTxn {
             .view()
             .prefix(table, prefix)
             .with_keys()
-            .map(|(k, _)| Key::from_encoded(k))
+            .map(|(k, _)| Key::from_encoded(&k.to_vec()))
             .collect();
         for k in &keys {
             self.delete(table, k)?;

@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::key::prefix_successor;
-use super::pmap::Iter as MapIter;
+use super::pmap::{Iter as MapIter, KeyRef};
 use super::prefetch::prefetch;
 use super::root::{Root, RowMap};
 use super::schema::{Index, Row, Table, TableId};
@@ -343,7 +343,7 @@ impl<'a> View<'a> {
             for (pk, row) in data.maps[0].iter() {
                 keys.clear();
                 def.map_keys(0, row, &mut keys);
-                if keys.first().map(Key::as_bytes) != Some(pk) {
+                if keys.first().is_none_or(|k| pk != *k.as_bytes()) {
                     return Err(IndexInconsistency::MisplacedRow {
                         table: def.name.to_string(),
                         key: format!("{pk:?}"),
@@ -403,12 +403,12 @@ pub(crate) fn downcast<V: Any + Send + Sync>(row: &Row) -> Option<Arc<V>> {
 #[allow(clippy::large_enum_variant)]
 enum RowsInner<'a> {
     Range(MapIter<'a, Row>),
-    One(Option<(&'a [u8], &'a Row)>),
+    One(Option<(KeyRef<'a>, &'a Row)>),
 }
 
 impl<'a> RowsInner<'a> {
     #[inline]
-    fn next_entry(&mut self) -> Option<(&'a [u8], &'a Row)> {
+    fn next_entry(&mut self) -> Option<(KeyRef<'a>, &'a Row)> {
         match self {
             RowsInner::Range(r) => r.next(),
             RowsInner::One(r) => r.take(),
@@ -423,8 +423,9 @@ pub struct Rows<'a, V> {
 }
 
 impl<'a, V: Any + Send + Sync> Rows<'a, V> {
-    /// Iterates `(encoded key, row)` pairs instead of rows, borrowing the rows.
-    pub fn with_keys(mut self) -> impl Iterator<Item = (&'a [u8], &'a V)> {
+    /// Iterates `(encoded key, row)` pairs instead of rows, borrowing the keys (as
+    /// the map stores them) and the rows.
+    pub fn with_keys(mut self) -> impl Iterator<Item = (KeyRef<'a>, &'a V)> {
         std::iter::from_fn(move || self.inner.next_entry())
             .filter_map(|(k, r)| r.downcast_ref::<V>().map(|v| (k, v)))
     }

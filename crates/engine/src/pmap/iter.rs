@@ -7,6 +7,7 @@ use std::ptr;
 
 use smallvec::SmallVec;
 
+use super::key_ref::KeyRef;
 use super::node::{Inner, Leaf, Node};
 
 /// A position: the inner nodes above it with the child taken in each, the leaf, and
@@ -29,7 +30,7 @@ impl<V> Clone for Cursor<'_, V> {
 
 impl<'a, V> Cursor<'a, V> {
     #[inline]
-    fn entry(&self) -> (&'a [u8], &'a V) {
+    fn entry(&self) -> (KeyRef<'a>, &'a V) {
         (self.leaf.keys.key(self.idx), &self.leaf.vals[self.idx])
     }
 
@@ -248,7 +249,7 @@ impl<'a, V> Iter<'a, V> {
 }
 
 impl<'a, V> Iterator for Iter<'a, V> {
-    type Item = (&'a [u8], &'a V);
+    type Item = (KeyRef<'a>, &'a V);
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {

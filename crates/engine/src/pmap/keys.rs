@@ -1,11 +1,12 @@
-//! The sorted key array of one node, in one buffer: fixed-width heads for the
-//! search, run heads, key offsets, then the full keys (layout in the module docs of
-//! [`super`]).
+//! The sorted key array of one node, in one buffer: the keys (whole, or as shared
+//! prefixes and tails), then fixed-width heads for the search, run heads, key
+//! offsets and group numbers (layout in the module docs of [`super`]).
 
 use std::cmp::Ordering;
 
 use smallvec::SmallVec;
 
+use super::key_ref::KeyRef;
 use crate::prefetch::prefetch;
 
 /// The sorted, distinct keys of one node.
@@ -23,6 +24,21 @@ use crate::prefetch::prefetch;
 ///
 /// The key area comes first so that an insert in place moves the keys after the new
 /// one and the small per-key regions, not every key.
+///
+/// *Grouped* keys (`groups > 0`): where the keys have one width and runs, and many
+/// share their first `run_at` bytes (an index's entries of one node id), the key
+/// area keeps each distinct `run_at`-byte prefix once, in key order, then each
+/// key's tail, and a last region numbers each key's prefix:
+///
+/// ```text
+/// prefixes  groups × run_at   the distinct prefixes (the first is key 0's)
+/// tails     n × (width − run_at)
+/// heads, runs                 as above (no ends: the keys have one width)
+/// group     n × 1 byte        per key, the number of its prefix
+/// ```
+///
+/// A grouped array is not changed in place: an insert or a remove rebuilds it (a
+/// leaf of 64 entries, a few kilobytes), as a copied node is built anyway.
 ///
 /// Every key starts with the node's prefix: its first `plen` bytes (key 0's, at the
 /// start of the key area), the first eight of which are also in `pfx`.
@@ -46,7 +62,13 @@ pub(super) struct Keys {
     /// The first `min(plen, 8)` bytes of the prefix, big-endian, zero padded: most
     /// queries are checked against the prefix without reading the buffer.
     pfx: u64,
+    /// The number of distinct `run_at`-byte prefixes kept once each, if the keys are
+    /// grouped; 0 if the key area holds whole keys.
+    groups: u32,
 }
+
+/// The most prefixes a grouped array keeps (a group number is one byte).
+const MAX_GROUPS: usize = u8::MAX as usize + 1;
 
 /// A key's head: an unsigned integer of `H` bytes.
 type Head = u32;
@@ -148,12 +170,39 @@ fn exact(h: Head) -> bool {
 
 impl Keys {
     /// Builds the array of `keys`, which must be sorted and distinct.
-    pub(super) fn from_sorted<'k, I>(keys: I) -> Keys
+    pub(super) fn from_sorted<'k, K, I>(keys: I) -> Keys
     where
-        I: Iterator<Item = &'k [u8]>,
+        K: Into<KeyRef<'k>>,
+        I: Iterator<Item = K>,
     {
-        // One pass over the source (often another node's keys), then over slices.
-        let keys: SmallVec<[&[u8]; 80]> = keys.collect();
+        // One pass over the source (often another node's keys), then over slices;
+        // keys read from a grouped node are first put together in a scratch buffer.
+        let refs: SmallVec<[KeyRef<'k>; 80]> = keys.map(Into::into).collect();
+        let scratch: Vec<u8>;
+        let keys: SmallVec<[&[u8]; 80]> = match refs
+            .iter()
+            .map(KeyRef::as_contiguous)
+            .collect::<Option<_>>()
+        {
+            Some(keys) => keys,
+            None => {
+                let mut buf = Vec::with_capacity(refs.iter().map(KeyRef::len).sum());
+                refs.iter().for_each(|k| k.extend_into(&mut buf));
+                scratch = buf;
+                let mut at = 0;
+                refs.iter()
+                    .map(|k| {
+                        at += k.len();
+                        &scratch[at - k.len()..at]
+                    })
+                    .collect()
+            }
+        };
+        Keys::build(&keys)
+    }
+
+    /// [`from_sorted`](Self::from_sorted) over whole keys.
+    fn build(keys: &[&[u8]]) -> Keys {
         let n = keys.len();
         let total: usize = keys.iter().map(|k| k.len()).sum();
         let (first, last) = (keys.first().copied(), keys.last().copied());
@@ -182,6 +231,25 @@ impl Keys {
             i = j;
         }
         let run_at = if run_at == usize::MAX { 0 } else { run_at };
+        // Groups: the first key of each distinct `run_at`-byte prefix, and each key's
+        // group number; kept if they save more than a byte or two per key.
+        let mut firsts: SmallVec<[usize; 16]> = SmallVec::new();
+        let mut group: SmallVec<[u8; 80]> = SmallVec::new();
+        if width != 0 && run_at > 0 && n <= MAX_GROUPS {
+            for (i, k) in keys.iter().enumerate() {
+                if firsts
+                    .last()
+                    .is_none_or(|&f| keys[f][..run_at] != k[..run_at])
+                {
+                    firsts.push(i);
+                }
+                // At most `n <= MAX_GROUPS` groups: the number fits a byte.
+                group.push((firsts.len() - 1) as u8);
+            }
+            if (n - firsts.len()) * run_at <= 2 * n {
+                firsts.clear();
+            }
+        }
         let mut out = Keys {
             buf: Vec::new(),
             n: offset(n),
@@ -189,25 +257,44 @@ impl Keys {
             width: offset(width),
             run_at: offset(run_at),
             pfx: first.map_or(0, |k| padded(&k[..plen.min(8)])),
+            groups: offset(firsts.len()),
         };
-        let mut buf = Vec::with_capacity(out.slot() * n + total);
-        for k in &keys {
-            buf.extend_from_slice(k);
+        let grouped = !firsts.is_empty();
+        let key_area = if grouped {
+            firsts.len() * run_at + n * (width - run_at)
+        } else {
+            total
+        };
+        let mut buf = Vec::with_capacity(out.slot() * n + key_area);
+        if grouped {
+            for &f in &firsts {
+                buf.extend_from_slice(&keys[f][..run_at]);
+            }
+            for k in keys {
+                buf.extend_from_slice(&k[run_at..]);
+            }
+        } else {
+            for k in keys {
+                buf.extend_from_slice(k);
+            }
         }
         for h in &heads {
             buf.extend_from_slice(&h.to_ne_bytes());
         }
         if run_at > 0 {
-            for k in &keys {
+            for k in keys {
                 buf.extend_from_slice(&out.run_head(k).to_ne_bytes());
             }
         }
         if width == 0 {
             let mut end = 0;
-            for k in &keys {
+            for k in keys {
                 end += k.len();
                 buf.extend_from_slice(&offset(end).to_ne_bytes());
             }
+        }
+        if grouped {
+            buf.extend_from_slice(&group);
         }
         out.buf = buf;
         out
@@ -218,15 +305,22 @@ impl Keys {
         self.n as usize
     }
 
-    /// The per-key regions before the key area, in order, by their size per key:
-    /// heads, run heads (or 0), ends (or 0).
+    /// The per-key regions after the key area, in order, by their size per key:
+    /// heads, run heads (or 0), ends (or 0), group numbers (or 0).
     #[inline]
-    fn regions(&self) -> [usize; 3] {
+    fn regions(&self) -> [usize; 4] {
         [
             H,
             if self.run_at > 0 { H } else { 0 },
             if self.width == 0 { 4 } else { 0 },
+            usize::from(self.groups > 0),
         ]
+    }
+
+    /// Whether the key area keeps shared prefixes once (see [`Keys`]).
+    #[inline]
+    fn grouped(&self) -> bool {
+        self.groups > 0
     }
 
     /// Bytes per key before the key area.
@@ -253,7 +347,7 @@ impl Keys {
         Head::from_ne_bytes(self.buf[at..at + H].try_into().unwrap_or_default())
     }
 
-    /// Where key `i` ends in the key area.
+    /// Where key `i` ends in the key area (whole keys only).
     #[inline]
     fn end_at(&self, i: usize) -> usize {
         if self.width != 0 {
@@ -274,14 +368,23 @@ impl Keys {
         }
     }
 
-    /// Key `i` in full.
+    /// Key `i`.
     #[inline]
-    pub(super) fn key(&self, i: usize) -> &[u8] {
-        &self.buf[self.start_at(i)..self.end_at(i)]
+    pub(super) fn key(&self, i: usize) -> KeyRef<'_> {
+        if !self.grouped() {
+            return KeyRef::from(&self.buf[self.start_at(i)..self.end_at(i)]);
+        }
+        let (run_at, tail) = (self.run_at as usize, (self.width - self.run_at) as usize);
+        let g = self.buf[self.base() + 2 * H * self.len() + i] as usize;
+        let at = self.groups as usize * run_at + i * tail;
+        KeyRef::new(
+            &self.buf[g * run_at..(g + 1) * run_at],
+            &self.buf[at..at + tail],
+        )
     }
 
     /// Every key, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &[u8]> + Clone + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = KeyRef<'_>> + Clone + '_ {
         (0..self.len()).map(|i| self.key(i))
     }
 
@@ -344,7 +447,7 @@ impl Keys {
         let rest = &q[shared..];
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.key(mid)[shared..].cmp(rest) {
+            match self.key(mid).cmp_from(shared, rest) {
                 Ordering::Equal => return Ok(mid),
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
@@ -366,10 +469,10 @@ impl Keys {
         let j = lo + runs.partition_point(|h| Head::from_ne_bytes(*h) < hs);
         let c = j.min(hi - 1);
         let k = self.key(c);
-        let l = common_prefix(k, q);
+        let l = k.common_prefix(q);
         if l < run_at {
             // The run's keys share `run_at` bytes; `q` leaves them at `l`.
-            return if l == q.len() || q[l] < k[l] {
+            return if l == q.len() || q[l] < k.byte(l) {
                 Err(lo)
             } else {
                 Err(hi)
@@ -387,7 +490,7 @@ impl Keys {
         }
         if exact(hs) {
             // Equal exact run heads would be equal keys, and `q != k`.
-            return Err(j + usize::from(k < q));
+            return Err(j + usize::from(k.cmp_bytes(q).is_lt()));
         }
         // Equal run heads of eight bytes or more (rare): the keys decide.
         let end = j + runs[j - lo..].partition_point(|h| Head::from_ne_bytes(*h) == hs);
@@ -419,7 +522,10 @@ impl Keys {
         if lo == n {
             return None;
         }
-        if self.width != 0 {
+        if self.grouped() {
+            let tail = (self.width - self.run_at) as usize;
+            prefetch(self.buf[self.groups as usize * self.run_at as usize + lo * tail..].as_ptr());
+        } else if self.width != 0 {
             prefetch(self.buf[lo * self.width as usize..].as_ptr());
         }
         if self.run_at > 0 {
@@ -462,9 +568,59 @@ impl Keys {
         }
         let run_at = self.run_at as usize;
         let joins = |j: usize| {
-            self.head_at(j) != h || (run_at > 0 && common_prefix(self.key(j), key) >= run_at)
+            self.head_at(j) != h || (run_at > 0 && self.key(j).common_prefix(key) >= run_at)
         };
         (i == 0 || joins(i - 1)) && (i == self.len() || joins(i))
+    }
+
+    /// The group number of key `i` (grouped arrays).
+    #[inline]
+    fn group_at(&self, i: usize) -> u8 {
+        self.buf[self.base() + 2 * H * self.len() + i]
+    }
+
+    /// Where an insert of `key` at `i` in place puts its bytes in the key area, which
+    /// bytes (the whole key, or its tail after the group prefix) and its group number;
+    /// `None` if the array must be rebuilt instead: the key does not
+    /// [fit](Self::fits), or in a grouped array, its prefix is not the group of a key
+    /// next to it (a new group renumbers the ones after it).
+    fn placement<'q>(&self, i: usize, key: &'q [u8]) -> Option<(usize, &'q [u8], u8)> {
+        if !self.fits(i, key) {
+            return None;
+        }
+        if !self.grouped() {
+            return Some((self.start_at(i), key, 0));
+        }
+        let (run_at, tail) = (self.run_at as usize, (self.width - self.run_at) as usize);
+        let neighbours = [i.checked_sub(1), (i < self.len()).then_some(i)];
+        let g = neighbours
+            .into_iter()
+            .flatten()
+            .find(|&j| self.key(j).parts().0 == &key[..run_at])
+            .map(|j| self.group_at(j))?;
+        Some((self.groups as usize * run_at + i * tail, &key[run_at..], g))
+    }
+
+    /// Where key `i`'s own bytes are in the key area: the whole key, or its tail.
+    #[inline]
+    fn stored_at(&self, i: usize) -> (usize, usize) {
+        if self.grouped() {
+            let tail = (self.width - self.run_at) as usize;
+            let at = self.groups as usize * self.run_at as usize + i * tail;
+            (at, at + tail)
+        } else {
+            (self.start_at(i), self.end_at(i))
+        }
+    }
+
+    /// Whether key `i` can be removed in place: in a grouped array, another key of
+    /// its group stays (and with it the group's prefix).
+    fn removable(&self, i: usize) -> bool {
+        if !self.grouped() {
+            return true;
+        }
+        let g = self.group_at(i);
+        (i > 0 && self.group_at(i - 1) == g) || (i + 1 < self.len() && self.group_at(i + 1) == g)
     }
 
     /// The bytes of each region for a new key (heads, run heads, ends: the end is
@@ -476,20 +632,21 @@ impl Keys {
     /// A copy with `key` inserted at `i` (where [`search`](Self::search) said it
     /// belongs), allocated to its size.
     pub(super) fn with_inserted(&self, i: usize, key: &[u8]) -> Keys {
-        if !self.fits(i, key) {
+        let Some((start, bytes, g)) = self.placement(i, key) else {
             let keys = self.iter();
             return Keys::from_sorted(
                 keys.clone()
                     .take(i)
-                    .chain(std::iter::once(key))
+                    .chain(std::iter::once(KeyRef::from(key)))
                     .chain(keys.skip(i)),
             );
-        }
+        };
         let n = self.len();
-        let (start, base) = (self.start_at(i), self.base());
-        let mut buf = Vec::with_capacity(self.buf.len() + self.slot() + key.len());
+        let base = self.base();
+        let klen = bytes.len();
+        let mut buf = Vec::with_capacity(self.buf.len() + self.slot() + klen);
         buf.extend_from_slice(&self.buf[..start]);
-        buf.extend_from_slice(key);
+        buf.extend_from_slice(bytes);
         buf.extend_from_slice(&self.buf[start..base]);
         let new = self.new_slot(key);
         let mut at = base;
@@ -498,14 +655,18 @@ impl Keys {
                 continue;
             }
             buf.extend_from_slice(&self.buf[at..at + e * i]);
-            if r < 2 {
-                buf.extend_from_slice(&new[r].to_ne_bytes());
-                buf.extend_from_slice(&self.buf[at + e * i..at + e * n]);
-            } else {
-                buf.extend_from_slice(&offset(start + key.len()).to_ne_bytes());
+            if r == 2 {
+                buf.extend_from_slice(&offset(start + klen).to_ne_bytes());
                 for j in i..n {
-                    buf.extend_from_slice(&offset(self.end_at(j) + key.len()).to_ne_bytes());
+                    buf.extend_from_slice(&offset(self.end_at(j) + klen).to_ne_bytes());
                 }
+            } else {
+                if r < 2 {
+                    buf.extend_from_slice(&new[r].to_ne_bytes());
+                } else {
+                    buf.push(g);
+                }
+                buf.extend_from_slice(&self.buf[at + e * i..at + e * n]);
             }
             at += e * n;
         }
@@ -518,14 +679,14 @@ impl Keys {
 
     /// Inserts `key` at `i` in place (where [`search`](Self::search) said it belongs).
     pub(super) fn insert(&mut self, i: usize, key: &[u8]) {
-        if !self.fits(i, key) {
+        let Some((start, bytes, g)) = self.placement(i, key) else {
             *self = self.with_inserted(i, key);
             return;
-        }
+        };
         let n = self.len();
         let regions = self.regions();
         let slot = self.slot();
-        let (klen, start, old, b) = (key.len(), self.start_at(i), self.buf.len(), self.base());
+        let (klen, old, b) = (bytes.len(), self.buf.len(), self.base());
         let new = self.new_slot(key);
         grow(&mut self.buf, slot + klen);
         self.buf.resize(old + slot + klen, 0);
@@ -545,12 +706,16 @@ impl Keys {
             self.buf.copy_within(from..from + e * i, to);
             if r < 2 {
                 self.buf[to + e * i..to + e * (i + 1)].copy_from_slice(&new[r].to_ne_bytes());
+            } else if r == 3 {
+                self.buf[to + i] = g;
             }
         }
         self.buf.copy_within(start..b, start + klen);
-        self.buf[start..start + klen].copy_from_slice(key);
+        self.buf[start..start + klen].copy_from_slice(bytes);
         self.n += 1;
         if self.width == 0 {
+            // The ends region: the last but the group numbers, which only grouped
+            // arrays (of one width) have.
             let at = nb + (slot - 4) * (n + 1);
             let set = |buf: &mut Vec<u8>, j: usize, end: usize| {
                 buf[at + 4 * j..at + 4 * j + 4].copy_from_slice(&offset(end).to_ne_bytes());
@@ -568,8 +733,12 @@ impl Keys {
         if self.n == 1 {
             return Keys::default();
         }
+        if !self.removable(i) {
+            let keys = self.iter();
+            return Keys::from_sorted(keys.clone().take(i).chain(keys.skip(i + 1)));
+        }
         let n = self.len();
-        let (start, end, base) = (self.start_at(i), self.end_at(i), self.base());
+        let ((start, end), base) = (self.stored_at(i), self.base());
         let klen = end - start;
         let mut buf = Vec::with_capacity(self.buf.len() - self.slot() - klen);
         buf.extend_from_slice(&self.buf[..start]);
@@ -580,12 +749,12 @@ impl Keys {
                 continue;
             }
             buf.extend_from_slice(&self.buf[at..at + e * i]);
-            if r < 2 {
-                buf.extend_from_slice(&self.buf[at + e * (i + 1)..at + e * n]);
-            } else {
+            if r == 2 {
                 for j in i + 1..n {
                     buf.extend_from_slice(&offset(self.end_at(j) - klen).to_ne_bytes());
                 }
+            } else {
+                buf.extend_from_slice(&self.buf[at + e * (i + 1)..at + e * n]);
             }
             at += e * n;
         }
@@ -603,15 +772,14 @@ impl Keys {
             *self = Keys::default();
             return;
         }
+        if !self.removable(i) {
+            *self = self.with_removed(i);
+            return;
+        }
         let n = self.len();
         let regions = self.regions();
         let slot = self.slot();
-        let (start, end, old, b) = (
-            self.start_at(i),
-            self.end_at(i),
-            self.buf.len(),
-            self.base(),
-        );
+        let ((start, end), old, b) = (self.stored_at(i), self.buf.len(), self.base());
         let klen = end - start;
         // From the bottom up, each part to its new place (never over a part not yet
         // moved): the keys after key `i`, then each region (first first, its elements
@@ -654,10 +822,15 @@ impl Keys {
         if self.buf.len() < self.slot() * n {
             return Err(format!("a buffer of {} bytes for {n} keys", self.buf.len()));
         }
-        let ends: Vec<usize> = (0..n).map(|i| self.end_at(i)).collect();
-        if ends.windows(2).any(|w| w[0] > w[1]) || ends.last().copied().unwrap_or(0) != self.base()
-        {
-            return Err("key offsets out of order or not covering the key area".into());
+        if self.grouped() {
+            self.check_groups()?;
+        } else {
+            let ends: Vec<usize> = (0..n).map(|i| self.end_at(i)).collect();
+            if ends.windows(2).any(|w| w[0] > w[1])
+                || ends.last().copied().unwrap_or(0) != self.base()
+            {
+                return Err("key offsets out of order or not covering the key area".into());
+            }
         }
         let plen = self.plen as usize;
         if n == 0 && (plen != 0 || self.pfx != 0 || self.width != 0 || self.run_at != 0) {
@@ -666,19 +839,22 @@ impl Keys {
         if self.width != 0 && self.iter().any(|k| k.len() != self.width as usize) {
             return Err("a key of another width in a node of one width".into());
         }
-        if n > 0 && self.pfx != padded(&self.key(0)[..plen.min(8)]) {
+        let keys: Vec<Vec<u8>> = self.iter().map(|k| k.to_vec()).collect();
+        if n > 0 && self.pfx != padded(&keys[0][..plen.min(8)]) {
             return Err("prefix bytes stale".into());
         }
         let run_at = self.run_at as usize;
-        for i in 0..n {
-            let k = self.key(i);
-            if k.len() < plen || k[..plen] != self.key(0)[..plen] {
+        for (i, k) in keys.iter().enumerate() {
+            if k.len() < plen || k[..plen] != keys[0][..plen] {
                 return Err(format!("key {i} does not start with the node prefix"));
+            }
+            if n > 0 && self.cmp_prefix(k) != Ordering::Equal {
+                return Err(format!("key {i} is not within the stored prefix"));
             }
             if self.head_at(i) != head(&k[plen..]) {
                 return Err(format!("head {i} is stale"));
             }
-            if i > 0 && self.key(i - 1) >= k {
+            if i > 0 && keys[i - 1] >= *k {
                 return Err(format!("keys {} and {i} out of order", i - 1));
             }
             if i > 0 && self.head_at(i - 1) == self.head_at(i) {
@@ -688,7 +864,7 @@ impl Keys {
                         i - 1
                     ));
                 }
-                if common_prefix(self.key(i - 1), k) < run_at {
+                if common_prefix(&keys[i - 1], k) < run_at {
                     return Err(format!(
                         "keys {} and {i}: a run sharing less than run_at",
                         i - 1
@@ -706,4 +882,42 @@ impl Keys {
         }
         Ok(())
     }
+
+    /// The checks of a grouped array: its sizes, and distinct prefixes in key order,
+    /// each numbered by its keys.
+    fn check_groups(&self) -> Result<(), String> {
+        let (n, groups) = (self.len(), self.groups as usize);
+        let (width, run_at) = (self.width as usize, self.run_at as usize);
+        if width <= run_at || run_at == 0 || groups > n.min(MAX_GROUPS) {
+            return Err(format!(
+                "{groups} groups of {run_at} bytes for {n} keys of {width}"
+            ));
+        }
+        if self.base() != groups * run_at + n * (width - run_at) {
+            return Err("a grouped key area of the wrong size".into());
+        }
+        let numbers = &self.buf[self.base() + 2 * H * n..];
+        let mut expected = 0;
+        for (i, &g) in numbers.iter().enumerate() {
+            let g = usize::from(g);
+            if i > 0 && g != expected {
+                expected += 1;
+            }
+            if g != expected {
+                return Err(format!("key {i} numbered {g}, not {expected}"));
+            }
+        }
+        if expected + 1 != groups {
+            return Err(format!("{} of {groups} groups used", expected + 1));
+        }
+        let prefix = |g: usize| &self.buf[g * run_at..(g + 1) * run_at];
+        if (1..groups).any(|g| prefix(g - 1) >= prefix(g)) {
+            return Err("group prefixes not distinct and in order".into());
+        }
+        Ok(())
+    }
 }
+
+#[cfg(test)]
+#[path = "keys_tests.rs"]
+mod tests;

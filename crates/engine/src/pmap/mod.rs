@@ -68,6 +68,7 @@
 
 mod batch;
 mod iter;
+mod key_ref;
 mod keys;
 mod node;
 
@@ -76,6 +77,7 @@ use std::ops::RangeBounds;
 use std::sync::Arc;
 
 pub use iter::Iter;
+pub use key_ref::KeyRef;
 use node::{INNER_MAX, INNER_MIN, Insert, LEAF_MAX, LEAF_MIN, Leaf, Node, Path};
 
 /// A persistent ordered map from byte strings to `V`, with O(1) clones.
@@ -143,7 +145,7 @@ impl<V> PMap<V> {
 
     /// The stored key equal to `key`, and its value.
     #[inline]
-    pub fn get_key_value(&self, key: &[u8]) -> Option<(&[u8], &V)> {
+    pub fn get_key_value(&self, key: &[u8]) -> Option<(KeyRef<'_>, &V)> {
         let mut node = self.root.as_deref()?;
         loop {
             match node {
@@ -180,12 +182,12 @@ impl<V> PMap<V> {
     }
 
     /// The first entry.
-    pub fn first(&self) -> Option<(&[u8], &V)> {
+    pub fn first(&self) -> Option<(KeyRef<'_>, &V)> {
         self.iter().next()
     }
 
     /// The last entry.
-    pub fn last(&self) -> Option<(&[u8], &V)> {
+    pub fn last(&self) -> Option<(KeyRef<'_>, &V)> {
         self.iter().next_back()
     }
 
@@ -287,11 +289,10 @@ impl Check {
         };
         keys.check().map_err(|e| format!("depth {depth}: {e}"))?;
         for k in keys.iter() {
-            if lo.is_some_and(|lo| k < lo) || hi.is_some_and(|hi| k >= hi) {
-                return Err(format!(
-                    "depth {depth}: key {:?} outside its separators",
-                    k.escape_ascii().to_string()
-                ));
+            if lo.is_some_and(|lo| k.cmp_bytes(lo).is_lt())
+                || hi.is_some_and(|hi| k.cmp_bytes(hi).is_ge())
+            {
+                return Err(format!("depth {depth}: key {k:?} outside its separators"));
             }
         }
         match node {
@@ -326,16 +327,16 @@ impl Check {
                 }
                 for (i, child) in inner.children.iter().enumerate() {
                     let clo = if i == 0 {
-                        lo
+                        lo.map(<[u8]>::to_vec)
                     } else {
-                        Some(inner.keys.key(i - 1))
+                        Some(inner.keys.key(i - 1).to_vec())
                     };
                     let chi = if i + 1 == n {
-                        hi
+                        hi.map(<[u8]>::to_vec)
                     } else {
-                        Some(inner.keys.key(i))
+                        Some(inner.keys.key(i).to_vec())
                     };
-                    self.node(child, clo, chi, depth + 1)?;
+                    self.node(child, clo.as_deref(), chi.as_deref(), depth + 1)?;
                 }
             }
         }
@@ -354,20 +355,12 @@ impl<V: Eq> Eq for PMap<V> {}
 /// Keys are shown as escaped byte strings.
 impl<V: fmt::Debug> fmt::Debug for PMap<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        struct Bytes<'a>(&'a [u8]);
-        impl fmt::Debug for Bytes<'_> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "b\"{}\"", self.0.escape_ascii())
-            }
-        }
-        f.debug_map()
-            .entries(self.iter().map(|(k, v)| (Bytes(k), v)))
-            .finish()
+        f.debug_map().entries(self.iter()).finish()
     }
 }
 
 impl<'a, V> IntoIterator for &'a PMap<V> {
-    type Item = (&'a [u8], &'a V);
+    type Item = (KeyRef<'a>, &'a V);
     type IntoIter = Iter<'a, V>;
 
     fn into_iter(self) -> Iter<'a, V> {

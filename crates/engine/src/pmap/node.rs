@@ -153,7 +153,8 @@ impl<V> Leaf<V> {
     /// Splits off the upper half; returns the separator and the new right leaf.
     fn split(&mut self) -> (Vec<u8>, Leaf<V>) {
         let mid = self.keys.len() / 2;
-        let sep = separator(self.keys.key(mid - 1), self.keys.key(mid)).to_vec();
+        let (left, mut sep) = (self.keys.key(mid - 1), self.keys.key(mid).to_vec());
+        sep.truncate(left.common_prefix(&sep) + 1);
         let keys = self.keys.split_off(mid);
         let vals = self.vals.split_off(mid);
         self.vals.shrink_to_fit();
@@ -188,7 +189,7 @@ impl<V> Inner<V> {
         let keys = Keys::from_sorted(
             a.keys
                 .iter()
-                .chain(std::iter::once(sep))
+                .chain(std::iter::once(sep.into()))
                 .chain(b.keys.iter()),
         );
         let mut children = a.children;

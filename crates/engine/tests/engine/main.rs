@@ -12,7 +12,7 @@ mod pmap_check;
 
 /// The map `pmap_check` compares (it names it through its parent, as the fuzz target
 /// that includes it does).
-use schedstate_engine::PMap;
+use schedstate_engine::{KeyRef, PMap};
 mod registry;
 mod savepoint;
 mod support;

@@ -12,7 +12,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::Config;
-use schedstate_engine::PMap;
+use schedstate_engine::{KeyRef, PMap};
 
 use crate::pmap_check::{Model, as_ref, check_range, within};
 
@@ -688,7 +688,7 @@ fn runs_of_keys_sharing_long_prefixes() {
             let want = model
                 .range::<Vec<u8>, _>((lo.clone(), Bound::Unbounded))
                 .next()
-                .map(|(k, v)| (k.as_slice(), v));
+                .map(|(k, v)| (KeyRef::from(k), v));
             assert_eq!(first, want, "first from {lo:?}");
         }
     }

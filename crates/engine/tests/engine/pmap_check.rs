@@ -7,7 +7,7 @@ use std::ops::Bound;
 
 // The includer's `PMap` (`schedstate_engine::PMap` in the engine's tests, the same
 // type as `schedstate::engine::PMap` in the fuzz crate).
-use super::PMap;
+use super::{KeyRef, PMap};
 
 /// The model: a plain ordered map.
 pub type Model = BTreeMap<Vec<u8>, u64>;
@@ -45,10 +45,10 @@ pub fn check_range(
     hi: &Bound<Vec<u8>>,
     pattern: &[bool],
 ) {
-    let mut expected: VecDeque<(&[u8], u64)> = model
+    let mut expected: VecDeque<(KeyRef<'_>, u64)> = model
         .iter()
         .filter(|(k, _)| within(k, lo, hi))
-        .map(|(k, v)| (k.as_slice(), *v))
+        .map(|(k, v)| (KeyRef::from(k), *v))
         .collect();
     let mut it = map.range((as_ref(lo), as_ref(hi)));
     for &front in pattern.iter().cycle() {
@@ -81,7 +81,7 @@ pub fn check_same(map: &PMap<u64>, model: &Model, sample: usize) {
     }
     assert_eq!(map.len(), model.len());
     assert_eq!(map.is_empty(), model.is_empty());
-    let want = || model.iter().map(|(k, v)| (k.as_slice(), *v));
+    let want = || model.iter().map(|(k, v)| (KeyRef::from(k), *v));
     assert!(map.iter().map(|(k, v)| (k, *v)).eq(want()), "iteration");
     assert!(
         map.iter().rev().map(|(k, v)| (k, *v)).eq(want().rev()),
