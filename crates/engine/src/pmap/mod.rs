@@ -19,14 +19,16 @@
 //! Node = Leaf  { keys: Keys, vals: Vec<V> }
 //!      | Inner { keys: Keys /* separators */, children: Vec<Arc<Node>> }
 //!
-//! Keys = { buf: Vec<u8>, n, plen, width, run_at: u32, pfx: u64 }
+//! Keys = { buf: Vec<u8>, n, plen, width, run_at, groups: u32, pfx: u64 }
 //!
-//! buf:  heads  n × 4 B   per key: a u32 "head" of its bytes after the node prefix
+//! buf:  keys             the full keys, concatenated in order (or, grouped, the
+//!                        distinct prefixes, then the tails)
+//!       heads  n × 4 B   per key: a u32 "head" of its bytes after the node prefix
 //!       runs   n × 4 B   per key: a u32 head of its bytes after `run_at`
 //!                        (only in nodes with runs, see below)
 //!       ends   n × 4 B   per key: its end offset in the key area
 //!                        (only if the keys differ in length)
-//!       keys             the full keys, concatenated in order
+//!       group  n × 1 B   per key: the number of its prefix (grouped only)
 //! ```
 //!
 //! - `plen`: the length of a prefix every key of the node shares (the first bytes of
@@ -49,6 +51,14 @@
 //!   binary-searches those and compares one key, instead of a key per probe.
 //! - `width`: when every key of the node has the same length (the engine's keys of
 //!   one map mostly do: encoded ids), there are no offsets; key `i` is at `i * width`.
+//! - *Grouped* keys: in a node of one width with runs, where many keys share their
+//!   first `run_at` bytes (an index's entries of one node id or one job), the key
+//!   area keeps each distinct `run_at`-byte prefix once and then each key's tail,
+//!   with a one-byte group number per key. A stored key is then two pieces, so keys
+//!   are read as [`KeyRef`]s. In the replicated benchmark (10,000 allocations, each
+//!   in three maps) this took 1.5 MiB off 19 MiB of heap. An insert next to a key of
+//!   its group, or a remove that leaves its group another key, is done in place;
+//!   anything else rebuilds the node.
 //!
 //! Per entry a leaf costs its key bytes plus 4–12 bytes of heads and offsets plus the
 //! value, in arrays allocated to the node's fill: a copied node gets exactly its size
