@@ -10,6 +10,7 @@ use super::error::{Result, StateError};
 use super::expectations::{alloc_changed, any_jobs};
 use super::jobs::check_alloc_job;
 use super::shared_ids::{AllocIds, reuse_alloc_ids};
+use super::tables::job_key;
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
@@ -70,9 +71,31 @@ fn share_ids(
         view.get_value(w.t.nodes, &Key::str(id))
             .map(|n| n.id.clone())
     };
+    let job_kept = existing.is_some_and(|old| Id::ptr_eq(&old.job_id, &alloc.job_id));
+    // An allocation of the same job (most jobs have several), else the job's row.
+    let job_row = |namespace: &Id, job: &Id| -> Option<Id> {
+        if job_kept || job.is_empty() {
+            return None;
+        }
+        let view = w.txn.view();
+        let key = job_key(namespace, job);
+        let from_alloc = view
+            .index_eq(w.t.allocs_by_job, key.as_bytes())
+            .borrowed()
+            .map(|a| &a.job_id)
+            .find(|id| *id == job);
+        from_alloc
+            .or_else(|| view.get_value(w.t.jobs, &key).map(|j| &j.id))
+            .filter(|id| *id == job)
+            .cloned()
+    };
     match shared {
-        Some(ids) => ids.share(alloc, node_row),
+        Some(ids) => ids.share(alloc, job_row, node_row),
         None => {
+            let namespace = alloc.namespace.clone();
+            if let Some(id) = job_row(&namespace, &alloc.job_id) {
+                alloc.job_id = id;
+            }
             if let Some(id) = node_row(&alloc.node_id) {
                 alloc.node_id = id;
             }

@@ -36,11 +36,28 @@ fn upsert_one(w: &mut Writer, mut node: Node, descriptions: &mut SharedIds) -> R
     let was_eligible = existing.is_some_and(|n| n.eligible);
     if let Some(old) = existing {
         reuse_node_parts(&mut node, old);
+    } else if let Some(id) = w
+        .txn
+        .view()
+        .index_eq(w.t.allocs_by_node, Key::str(&node.id).as_bytes())
+        .borrowed()
+        .map(|a| &a.node_id)
+        .find(|id| **id == node.id)
+    {
+        // A new node: its allocations may have been placed before it registered
+        // (`shared_ids.rs`).
+        node.id = id.clone();
     }
     share_fingerprint_strings(
         &mut node,
         existing,
         |plugin_id| w.plugin_provider(plugin_id),
+        |alloc_id| {
+            w.txn
+                .view()
+                .get_value(w.t.allocs, &Key::str(alloc_id))
+                .map(|a| &a.id)
+        },
         descriptions,
     );
     node.modify_index = w.index;

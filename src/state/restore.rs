@@ -74,7 +74,7 @@ impl Restore {
     /// # Errors
     /// Only engine errors.
     pub(crate) fn alloc(&mut self, mut alloc: Allocation) -> Result<()> {
-        self.ids.share(&mut alloc, |_| None);
+        self.ids.share(&mut alloc, |_, _| None, |_| None);
         self.txn.insert(self.t.allocs, Arc::new(alloc))?;
         Ok(())
     }

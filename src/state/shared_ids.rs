@@ -15,7 +15,9 @@
 //! - an earlier row of the same command ([`SharedIds`], only for commands with more
 //!   than one row: a set per field and command, dropped at its end, so nothing is
 //!   kept alive past the rows that use it);
-//! - for a node id, the node's own row.
+//! - for a node id, the node's own row; for a new node's id, an allocation's placed
+//!   on it; for a job id, an allocation's of the same job or the job's row; for a
+//!   fingerprint's allocation id, the allocation's row.
 //!
 //! A node row written again (a client re-registering) likewise keeps its stored id
 //! and every fingerprint identical to the stored one ([`reuse_node_parts`]), and a
@@ -94,15 +96,19 @@ pub(crate) struct AllocIds {
 }
 
 impl AllocIds {
-    /// Points the allocation's namespace, job and task group at an earlier row's
-    /// copy, and its node id at an earlier row's or else at `node_row`'s.
+    /// Points the allocation's namespace and task group at an earlier row's copy,
+    /// its job id at an earlier row's or else at `job_row`'s (given the namespace and
+    /// the job id), and its node id at an earlier row's or else at `node_row`'s.
     pub(crate) fn share(
         &mut self,
         alloc: &mut Allocation,
+        job_row: impl FnOnce(&Id, &Id) -> Option<Id>,
         node_row: impl FnOnce(&Id) -> Option<Id>,
     ) {
         self.namespaces.share(&mut alloc.namespace);
-        self.jobs.share(&mut alloc.job_id);
+        let namespace = &alloc.namespace;
+        self.jobs
+            .share_or(&mut alloc.job_id, |job| job_row(namespace, job));
         self.groups.share(&mut alloc.task_group);
         self.nodes.share_or(&mut alloc.node_id, node_row);
     }
@@ -166,6 +172,9 @@ pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
 /// descriptions, and its plugins mostly name the node alike (its id, or one cloud
 /// instance id for every plugin of the node).
 ///
+/// Its allocation id points at the allocation row's (`alloc_row` gives it): a
+/// scheduler places the plugin's allocation before the node reports it.
+///
 /// A fingerprint that changes is copied first if something else holds it too
 /// (`Arc::make_mut`): applied from the Raft log, a node's fingerprints are shared
 /// with the log's cached entry, which lets go of them soon; keeping that entry's
@@ -177,6 +186,7 @@ pub(crate) fn share_fingerprint_strings<'p>(
     node: &mut Node,
     old: Option<&Node>,
     plugin_strings: impl Fn(&str) -> Option<(&'p Id, &'p Id)>,
+    alloc_row: impl Fn(&str) -> Option<&'p Id>,
     descriptions: &mut SharedIds,
 ) {
     let maps = [
@@ -228,10 +238,16 @@ pub(crate) fn share_fingerprint_strings<'p>(
                 instance_ids.share_or(&mut id, |mine| other_copy(mine, &node_id));
                 (!Id::ptr_eq(&id, &n.id)).then_some(id)
             });
+            let alloc_id = if info.alloc_id.is_empty() {
+                None
+            } else {
+                alloc_row(&info.alloc_id).and_then(|a| other_copy(&info.alloc_id, a))
+            };
             if provider.is_none()
                 && version.is_none()
                 && description.is_none()
                 && instance_id.is_none()
+                && alloc_id.is_none()
             {
                 continue;
             }
@@ -248,6 +264,9 @@ pub(crate) fn share_fingerprint_strings<'p>(
             }
             if let (Some(id), Some(n)) = (instance_id, inner.node_info.as_mut()) {
                 n.id = id;
+            }
+            if let Some(a) = alloc_id {
+                inner.alloc_id = a;
             }
             if let Some(was) = was {
                 copied.push((was, Arc::clone(info)));
@@ -276,7 +295,13 @@ mod tests {
             CsiInfo::node_instance("nfs", "a2", CsiNodeInfo::default())
                 .with_provider("ebs.csi.aws.com", "1.25.0"),
         );
-        share_fingerprint_strings(&mut node, None, plugin_strings, &mut SharedIds::default());
+        share_fingerprint_strings(
+            &mut node,
+            None,
+            plugin_strings,
+            |_| None,
+            &mut SharedIds::default(),
+        );
         let ebs = node.csi_controller_plugins.get("ebs").unwrap();
         assert!(Id::ptr_eq(&ebs.provider, &stored.0));
         assert!(Id::ptr_eq(&ebs.provider_version, &stored.1));
@@ -288,7 +313,13 @@ mod tests {
             CsiInfo::node_instance("ebs", "a3", CsiNodeInfo::default())
                 .with_provider("ebs.csi.aws.com", "1.26.0"),
         );
-        share_fingerprint_strings(&mut other, None, plugin_strings, &mut SharedIds::default());
+        share_fingerprint_strings(
+            &mut other,
+            None,
+            plugin_strings,
+            |_| None,
+            &mut SharedIds::default(),
+        );
         let ebs = other.csi_node_plugins.get("ebs").unwrap();
         assert!(Id::ptr_eq(&ebs.provider, &stored.0));
         assert_eq!(&*ebs.provider_version, "1.26.0");
@@ -311,6 +342,7 @@ mod tests {
             &mut node,
             None,
             |_| Some((&stored.0, &stored.1)),
+            |_| None,
             &mut descriptions,
         );
         let row = node.csi_controller_plugins.get("ebs").unwrap();
@@ -324,6 +356,7 @@ mod tests {
             &mut node,
             None,
             |_| Some((&stored.0, &stored.1)),
+            |_| None,
             &mut descriptions,
         );
         assert!(Arc::ptr_eq(
@@ -347,6 +380,7 @@ mod tests {
             &mut node,
             Some(&stored_node),
             |_| Some((&plugin.0, &plugin.1)),
+            |_| None,
             &mut SharedIds::default(),
         );
         assert!(Arc::ptr_eq(
@@ -375,6 +409,7 @@ mod tests {
             &mut node,
             None,
             |_| Some((&plugin.0, &plugin.1)),
+            |_| None,
             &mut SharedIds::default(),
         );
         let controller = node.csi_controller_plugins.get("hostpath").unwrap();
@@ -396,7 +431,13 @@ mod tests {
         let mut node = Node::new("9f1c-node", "n1");
         node.add_csi_plugin(CsiInfo::node_instance("ebs", "a1", info("9f1c-node")));
         node.add_csi_plugin(CsiInfo::node_instance("efs", "a2", info("9f1c-node")));
-        share_fingerprint_strings(&mut node, None, |_| None, &mut SharedIds::default());
+        share_fingerprint_strings(
+            &mut node,
+            None,
+            |_| None,
+            |_| None,
+            &mut SharedIds::default(),
+        );
         for plugin in ["ebs", "efs"] {
             let fp = node.csi_node_plugins.get(plugin).unwrap();
             let id = &fp.node_info.as_ref().unwrap().id;
@@ -409,7 +450,13 @@ mod tests {
         node.add_csi_plugin(CsiInfo::node_instance("ebs", "a1", info("i-0abc")));
         node.add_csi_plugin(CsiInfo::node_instance("efs", "a2", info("i-0abc")));
         node.add_csi_plugin(CsiInfo::node_instance("nfs", "a3", info("nfs-host-7")));
-        share_fingerprint_strings(&mut node, None, |_| None, &mut SharedIds::default());
+        share_fingerprint_strings(
+            &mut node,
+            None,
+            |_| None,
+            |_| None,
+            &mut SharedIds::default(),
+        );
         let id = |plugin: &str| {
             let fp = node.csi_node_plugins.get(plugin).unwrap();
             fp.node_info.as_ref().unwrap().id.clone()
@@ -436,7 +483,7 @@ mod tests {
             })
             .collect();
         for n in &mut nodes {
-            share_fingerprint_strings(n, None, |_| None, &mut descriptions);
+            share_fingerprint_strings(n, None, |_| None, |_| None, &mut descriptions);
         }
         let first = &nodes[0]
             .csi_node_plugins

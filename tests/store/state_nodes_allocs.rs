@@ -1658,6 +1658,33 @@ fn allocations_share_repeated_ids_with_each_other_their_node_and_their_old_row()
     assert_invariants(&store);
 }
 
+/// Across commands: a job id points at a stored allocation's of the same job, a new
+/// node's id at an allocation's placed on it before it registered, a fingerprint's
+/// allocation id at the allocation's row. The values are the same, fewer heap copies
+/// stay behind.
+#[test]
+fn later_commands_share_job_node_and_alloc_ids_with_stored_rows() {
+    let store = StateStore::new();
+    up_allocs(&store, 1, vec![running("x1", "n9")]);
+    // Several allocs in one command, then one alone: both ways of sharing.
+    up_allocs(&store, 2, vec![running("x2", "n8"), running("x3", "n8")]);
+    up_allocs(&store, 3, vec![running("x4", "n7")]);
+    up(&store, 4, node("n9").node(Fp::node("ebs", "x1")));
+    let snap = store.snapshot();
+    let view = snap.view();
+    let row = |id: &str| view.alloc(id).unwrap();
+    let x1 = row("x1");
+    for other in ["x2", "x3", "x4"] {
+        assert!(Id::ptr_eq(&x1.job_id, &row(other).job_id), "{other}");
+    }
+    let n9 = view.node("n9").unwrap();
+    assert!(Id::ptr_eq(&n9.id, &x1.node_id), "the alloc's copy");
+    let fingerprint = n9.csi_node_plugins.get("ebs").unwrap();
+    assert!(Id::ptr_eq(&fingerprint.alloc_id, &x1.id));
+    assert_eq!(&*fingerprint.alloc_id, "x1");
+    assert_invariants(&store);
+}
+
 /// A node written again with the same fingerprints keeps the stored copies (its
 /// plugins hold them too); a changed or newly timed one is taken as sent.
 #[test]
