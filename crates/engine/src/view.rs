@@ -414,6 +414,15 @@ impl<'a> RowsInner<'a> {
             RowsInner::One(r) => r.take(),
         }
     }
+
+    /// The next row, without reading its key.
+    #[inline]
+    fn next_row(&mut self) -> Option<&'a Row> {
+        match self {
+            RowsInner::Range(r) => r.next_value(),
+            RowsInner::One(r) => r.take().map(|(_, row)| row),
+        }
+    }
 }
 
 /// An iterator over rows of one type, in key order.
@@ -433,8 +442,7 @@ impl<'a, V: Any + Send + Sync> Rows<'a, V> {
     /// Iterates borrowed rows instead of counted references: no reference count is
     /// touched, so a scan reads nothing of the rows it does not look at.
     pub fn borrowed(mut self) -> impl Iterator<Item = &'a V> {
-        std::iter::from_fn(move || self.inner.next_entry())
-            .filter_map(|(_, r)| r.downcast_ref::<V>())
+        std::iter::from_fn(move || self.inner.next_row()).filter_map(|r| r.downcast_ref::<V>())
     }
 }
 
@@ -443,7 +451,7 @@ impl<V: Any + Send + Sync> Iterator for Rows<'_, V> {
 
     fn next(&mut self) -> Option<Arc<V>> {
         loop {
-            let (_, row) = self.inner.next_entry()?;
+            let row = self.inner.next_row()?;
             if let Some(v) = downcast(row) {
                 return Some(v);
             }

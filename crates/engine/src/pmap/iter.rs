@@ -248,18 +248,35 @@ impl<'a, V> Iter<'a, V> {
     }
 }
 
+impl<'a, V> Iter<'a, V> {
+    /// The next value from the front, without its key: a scan that wants the rows
+    /// only reads nothing of the key area (a grouped leaf's key is two pieces, found
+    /// through its group number).
+    #[inline]
+    pub fn next_value(&mut self) -> Option<&'a V> {
+        self.step_front().map(|(leaf, i)| &leaf.vals[i])
+    }
+
+    /// The entry at the front (its leaf and position), and the front moved past it.
+    #[inline]
+    fn step_front(&mut self) -> Option<(&'a Leaf<V>, usize)> {
+        let front = self.front.as_mut()?;
+        let at = (front.leaf, front.idx);
+        let met = self.back.as_ref().is_some_and(|b| front.same_place(b));
+        if met || !front.advance() {
+            self.front = None;
+        }
+        Some(at)
+    }
+}
+
 impl<'a, V> Iterator for Iter<'a, V> {
     type Item = (KeyRef<'a>, &'a V);
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        let front = self.front.as_mut()?;
-        let entry = front.entry();
-        let met = self.back.as_ref().is_some_and(|b| front.same_place(b));
-        if met || !front.advance() {
-            self.front = None;
-        }
-        Some(entry)
+        self.step_front()
+            .map(|(leaf, i)| (leaf.keys.key(i), &leaf.vals[i]))
     }
 }
 

@@ -132,11 +132,6 @@ impl<'a> KeyRef<'a> {
             l + super::keys::common_prefix(self.tail, &q[l..])
         }
     }
-
-    /// The key's bytes, in order.
-    fn bytes(&self) -> impl Iterator<Item = u8> + 'a {
-        self.pre.iter().chain(self.tail).copied()
-    }
 }
 
 impl<'a> From<&'a [u8]> for KeyRef<'a> {
@@ -176,10 +171,37 @@ impl From<KeyRef<'_>> for Vec<u8> {
 }
 
 impl Ord for KeyRef<'_> {
+    /// Slice by slice: the pieces' boundaries need not line up.
     fn cmp(&self, other: &Self) -> Ordering {
-        match other.as_contiguous() {
-            Some(o) => self.cmp_bytes(o),
-            None => self.bytes().cmp(other.bytes()),
+        if let Some(o) = other.as_contiguous() {
+            return self.cmp_bytes(o);
+        }
+        let (mut a, mut a_rest) = (self.pre, self.tail);
+        let (mut b, mut b_rest) = (other.pre, other.tail);
+        loop {
+            if a.is_empty() {
+                if a_rest.is_empty() {
+                    return if b.is_empty() && b_rest.is_empty() {
+                        Ordering::Equal
+                    } else {
+                        Ordering::Less
+                    };
+                }
+                a = std::mem::take(&mut a_rest);
+                continue;
+            }
+            if b.is_empty() {
+                if b_rest.is_empty() {
+                    return Ordering::Greater;
+                }
+                b = std::mem::take(&mut b_rest);
+                continue;
+            }
+            let m = a.len().min(b.len());
+            match a[..m].cmp(&b[..m]) {
+                Ordering::Equal => (a, b) = (&a[m..], &b[m..]),
+                o => return o,
+            }
         }
     }
 }
@@ -315,6 +337,12 @@ mod tests {
             );
             let o = KeyRef::new(&other[..other.len() / 2], &other[other.len() / 2..]);
             assert_eq!(split.cmp(&o), whole.cmp(other), "{other:?}");
+            assert_eq!(o.cmp(&split), other.cmp(whole), "{other:?}");
+            for at in 0..=whole.len() {
+                let w = KeyRef::new(&whole[..at], &whole[at..]);
+                assert_eq!(w.cmp(&o), whole.cmp(other), "{other:?} split at {at}");
+                assert_eq!(w == o, whole == other, "{other:?} split at {at}");
+            }
             for at in 0..=whole.len().min(other.len()) {
                 assert_eq!(
                     split.cmp_from(at, &other[at..]),

@@ -69,6 +69,15 @@ pub fn check_range(
     }
     assert_eq!(it.next(), None, "range {lo:?}..{hi:?}: exhausted");
     assert_eq!(it.next_back(), None, "range {lo:?}..{hi:?}: exhausted");
+    // The values alone, as a scan of rows reads them.
+    let mut it = map.range((as_ref(lo), as_ref(hi)));
+    let values: Vec<u64> = std::iter::from_fn(|| it.next_value().copied()).collect();
+    let want: Vec<u64> = model
+        .iter()
+        .filter(|(k, _)| within(k, lo, hi))
+        .map(|(_, v)| *v)
+        .collect();
+    assert_eq!(values, want, "values of range {lo:?}..{hi:?}");
 }
 
 /// Everything observable of `map` equals `model`: its structure, length and entries in
