@@ -37,8 +37,10 @@ use crate::prefetch::prefetch;
 /// group     n × 1 byte        per key, the number of its prefix
 /// ```
 ///
-/// A grouped array is not changed in place: an insert or a remove rebuilds it (a
-/// leaf of 64 entries, a few kilobytes), as a copied node is built anyway.
+/// An insert next to a key of its own group, or a remove that leaves its group
+/// another key, changes a grouped array in place like any other; a key that starts
+/// or ends a group rebuilds it (the later groups' numbers and the prefixes move: a
+/// leaf of 64 entries, a few kilobytes).
 ///
 /// Every key starts with the node's prefix: its first `plen` bytes (key 0's, at the
 /// start of the key area), the first eight of which are also in `pfx`.
