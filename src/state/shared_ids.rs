@@ -419,6 +419,12 @@ mod tests {
         assert!(Id::ptr_eq(&controller.provider, &plugin.0));
     }
 
+    /// Shares a node's fingerprint strings with nothing stored: no plugin or
+    /// allocation rows, a fresh command.
+    fn share_alone(node: &mut Node) {
+        share_fingerprint_strings(node, None, |_| None, |_| None, &mut SharedIds::default());
+    }
+
     #[test]
     fn a_fingerprints_node_id_points_at_the_nodes_id_or_an_earlier_fingerprints() {
         use crate::model::{CsiInfo, CsiNodeInfo};
@@ -431,13 +437,7 @@ mod tests {
         let mut node = Node::new("9f1c-node", "n1");
         node.add_csi_plugin(CsiInfo::node_instance("ebs", "a1", info("9f1c-node")));
         node.add_csi_plugin(CsiInfo::node_instance("efs", "a2", info("9f1c-node")));
-        share_fingerprint_strings(
-            &mut node,
-            None,
-            |_| None,
-            |_| None,
-            &mut SharedIds::default(),
-        );
+        share_alone(&mut node);
         for plugin in ["ebs", "efs"] {
             let fp = node.csi_node_plugins.get(plugin).unwrap();
             let id = &fp.node_info.as_ref().unwrap().id;
@@ -450,13 +450,7 @@ mod tests {
         node.add_csi_plugin(CsiInfo::node_instance("ebs", "a1", info("i-0abc")));
         node.add_csi_plugin(CsiInfo::node_instance("efs", "a2", info("i-0abc")));
         node.add_csi_plugin(CsiInfo::node_instance("nfs", "a3", info("nfs-host-7")));
-        share_fingerprint_strings(
-            &mut node,
-            None,
-            |_| None,
-            |_| None,
-            &mut SharedIds::default(),
-        );
+        share_alone(&mut node);
         let id = |plugin: &str| {
             let fp = node.csi_node_plugins.get(plugin).unwrap();
             fp.node_info.as_ref().unwrap().id.clone()

@@ -376,12 +376,12 @@ impl Keys {
         if !self.grouped() {
             return KeyRef::from(&self.buf[self.start_at(i)..self.end_at(i)]);
         }
-        let (run_at, tail) = (self.run_at as usize, (self.width - self.run_at) as usize);
-        let g = self.buf[self.base() + 2 * H * self.len() + i] as usize;
-        let at = self.groups as usize * run_at + i * tail;
+        let run_at = self.run_at as usize;
+        let g = usize::from(self.group_at(i));
+        let (start, end) = self.stored_at(i);
         KeyRef::new(
             &self.buf[g * run_at..(g + 1) * run_at],
-            &self.buf[at..at + tail],
+            &self.buf[start..end],
         )
     }
 
@@ -525,8 +525,7 @@ impl Keys {
             return None;
         }
         if self.grouped() {
-            let tail = (self.width - self.run_at) as usize;
-            prefetch(self.buf[self.groups as usize * self.run_at as usize + lo * tail..].as_ptr());
+            prefetch(self.buf[self.stored_at(lo).0..].as_ptr());
         } else if self.width != 0 {
             prefetch(self.buf[lo * self.width as usize..].as_ptr());
         }
@@ -593,17 +592,20 @@ impl Keys {
         if !self.grouped() {
             return Some((self.start_at(i), key, 0));
         }
-        let (run_at, tail) = (self.run_at as usize, (self.width - self.run_at) as usize);
+        let run_at = self.run_at as usize;
         let neighbours = [i.checked_sub(1), (i < self.len()).then_some(i)];
         let g = neighbours
             .into_iter()
             .flatten()
             .find(|&j| self.key(j).parts().0 == &key[..run_at])
             .map(|j| self.group_at(j))?;
-        Some((self.groups as usize * run_at + i * tail, &key[run_at..], g))
+        // Key `i`'s tail goes where the current key `i`'s starts (one past the last
+        // tail for `i == n`).
+        Some((self.stored_at(i).0, &key[run_at..], g))
     }
 
-    /// Where key `i`'s own bytes are in the key area: the whole key, or its tail.
+    /// Where key `i`'s own bytes are in the key area: the whole key, or its tail
+    /// (for a grouped array also `i == n`: the end of the tails).
     #[inline]
     fn stored_at(&self, i: usize) -> (usize, usize) {
         if self.grouped() {
