@@ -2,7 +2,7 @@
 """Reads a schedstate agent through python-nomad (Nomad's Python client) and checks
 every value against what the test wrote.
 
-Run by crates/cli/tests/cli/nomad_compat.rs (see scripts/nomad-compat/README.md):
+Run by crates/server/tests/server/nomad_compat.rs (see scripts/nomad-compat/README.md):
 
     AGENT=https://127.0.0.1:PORT CACERT=ca.pem TOKEN=secret EXPECTED=expected.json \
         python3 python_nomad_check.py

@@ -23,7 +23,7 @@ if ! python3 -m venv "$venv" >/dev/null 2>&1 \
 fi
 log="$venv/test.log"
 status=0
-SCHEDSTATE_PYTHON="$venv/bin/python" cargo test -p schedstate-cli --test cli nomad_compat -- --nocapture \
+SCHEDSTATE_PYTHON="$venv/bin/python" cargo test -p schedstate-server --test server nomad_compat -- --nocapture \
     >"$log" 2>&1 || status=$?
 grep -E "python-nomad|FAIL|test result|SKIPPED" "$log" || true
 if [ "$status" -ne 0 ]; then

@@ -14,6 +14,7 @@ mod fingerprints;
 mod job;
 mod node;
 mod plugin;
+mod plugin_stub;
 mod stub;
 mod volume;
 mod volume_requests;
@@ -25,6 +26,7 @@ pub use fingerprints::Fingerprints;
 pub use job::{CsiPluginType, Expected, Job, JobStatus, JobType, Task, TaskCsiPlugin, TaskGroup};
 pub use node::{Node, NodeStatus};
 pub use plugin::{CsiPlugin, PluginInstances, PluginJob};
+pub use plugin_stub::PluginListStub;
 pub use stub::AllocListStub;
 pub use volume::{
     CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,

@@ -27,6 +27,7 @@ mod lock;
 mod recover;
 mod repair;
 pub mod segment;
+mod server_dir;
 mod snapshot;
 mod wal;
 
@@ -39,6 +40,10 @@ pub use error::{PersistError, Result};
 pub use fs::{DIR_MODE, FILE_MODE, make_owner_only, owner_only};
 pub use lock::DirLock;
 pub use repair::{Dropped, RepairReport, repair_data_dir};
+pub use server_dir::{
+    SERVER_META_FILE, is_server_dir, parse_server_segment_name, server_meta_path,
+    server_segment_name,
+};
 pub use snapshot::{
     OLDEST_SNAPSHOT_VERSION, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotHeader, TableHeader,
 };

@@ -1,12 +1,12 @@
-//! How the CLI reaches an agent: its address and the credentials to present — the ACL
-//! token (from a file or `SCHEDSTATE_TOKEN`, never from the command line, where `ps`
-//! shows it to every user of the machine) and, for `https://` addresses, the CA and
-//! client certificate. Shared by every command that talks to an agent.
+//! The credentials the command line presents to an agent: the ACL token (from a file
+//! or `SCHEDSTATE_TOKEN`, never from the command line, where `ps` shows it to every
+//! user of the machine) and, for `https://` addresses, the CA and client certificate.
+//! Parsed here for every command that talks to an agent; `schedstate-server` turns
+//! them into a client.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use schedstate_agent::{Client, ClientTls};
 
 use crate::output::{CliError, err};
 
@@ -58,31 +58,14 @@ impl Credentials {
         }
     }
 
-    /// The TLS files, if any was given.
-    pub fn tls(&self) -> Result<Option<ClientTls>, CliError> {
-        let cert = match (&self.client_cert, &self.client_key) {
-            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-            (None, None) => None,
-            _ => {
-                return Err(err(
-                    "--client-cert and --client-key go together (SCHEDSTATE_CLIENT_CERT, SCHEDSTATE_CLIENT_KEY)",
-                ));
-            }
-        };
-        if self.ca_cert.is_none() && cert.is_none() {
-            return Ok(None);
+    /// The client certificate and key, if given (both or neither).
+    pub fn client_cert(&self) -> Result<Option<(PathBuf, PathBuf)>, CliError> {
+        match (&self.client_cert, &self.client_key) {
+            (Some(c), Some(k)) => Ok(Some((c.clone(), k.clone()))),
+            (None, None) => Ok(None),
+            _ => Err(err(
+                "--client-cert and --client-key go together (SCHEDSTATE_CLIENT_CERT, SCHEDSTATE_CLIENT_KEY)",
+            )),
         }
-        Ok(Some(ClientTls {
-            ca_cert: self.ca_cert.clone(),
-            client_cert: cert,
-        }))
-    }
-
-    /// A client of the agent at `address` with these credentials.
-    pub fn client(&self, address: &str) -> Result<Client, CliError> {
-        let token = self.token()?;
-        let tls = self.tls()?;
-        Client::with_tls(address, token, tls.as_ref())
-            .map_err(|e| err(format!("agent {address}: {e}")))
     }
 }

@@ -19,6 +19,7 @@ use schedstate::persist::{
 use crate::DataDir;
 use crate::catalog::{Kind, PENDING_PLUGIN, PLUGINS, WATCHED_PLUGIN, job_id};
 use crate::output::{CliError, bytes, err, thousands};
+use crate::server_half::ServerHalf;
 use crate::sim::Cluster;
 use crate::status::plugin_table;
 
@@ -155,9 +156,9 @@ pub fn invocation() -> String {
 }
 
 /// `demo`.
-pub fn run(args: &DemoArgs) -> Result<(), CliError> {
+pub fn run(args: &DemoArgs, server: &dyn ServerHalf) -> Result<(), CliError> {
     if let Some(n) = args.cluster {
-        return crate::cluster_demo::run(args, usize::from(n));
+        return server.cluster_demo(args, usize::from(n));
     }
     let dir = &args.data.dir;
     // Before `--fresh`: a server's directory is neither read nor removed.

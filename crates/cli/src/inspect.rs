@@ -1,5 +1,6 @@
 //! `inspect [--verify] [--json]`: formats, indexes, row counts and files of a data
-//! directory — an embedded store's here, a replicated server's in `inspect_server.rs`.
+//! directory — an embedded store's here, a replicated server's in the server half
+//! ([`ServerHalf::inspect_server`]).
 
 use std::path::PathBuf;
 
@@ -14,6 +15,7 @@ use crate::output::{
     CliError, align_right, bytes, emit, emit_json, err, files_section, key_values, open_read,
     render, table, thousands,
 };
+use crate::server_half::ServerHalf;
 
 /// Arguments of `inspect`.
 #[derive(Debug, Args)]
@@ -31,7 +33,7 @@ pub struct InspectArgs {
 
 /// Every check `--verify` runs beyond loading: the invariants, and that the state
 /// written as a snapshot reads back equal.
-pub(crate) fn verify(snap: &StateSnapshot) -> Result<(), CliError> {
+pub fn verify(snap: &StateSnapshot) -> Result<(), CliError> {
     snap.view()
         .check_invariants()
         .map_err(|v| err(format!("verify failed: {v}")))?;
@@ -51,7 +53,7 @@ pub(crate) fn verify(snap: &StateSnapshot) -> Result<(), CliError> {
 
 /// What `--verify` found, in the JSON output.
 #[derive(Debug, Serialize)]
-pub(crate) struct VerifyJson {
+pub struct VerifyJson {
     /// Every check passed.
     pub ok: bool,
     /// The first problem, if one.
@@ -60,7 +62,7 @@ pub(crate) struct VerifyJson {
 
 /// Runs `--verify` (if asked) for the JSON output: its result, and the error to exit
 /// with after printing it.
-pub(crate) fn verify_json(
+pub fn verify_json(
     asked: bool,
     snap: &StateSnapshot,
 ) -> (Option<VerifyJson>, Result<(), CliError>) {
@@ -119,9 +121,9 @@ struct StoreJson {
 
 /// `inspect [--verify] [--json]`: a replicated server's directory (a Raft log) or an
 /// embedded store's.
-pub fn run(args: &InspectArgs) -> Result<(), CliError> {
-    if schedstate_raft::is_server_dir(&args.data.dir) {
-        return crate::inspect_server::run(args);
+pub fn run(args: &InspectArgs, server: &dyn ServerHalf) -> Result<(), CliError> {
+    if schedstate::persist::is_server_dir(&args.data.dir) {
+        return server.inspect_server(args);
     }
     let dir = &args.data.dir;
     let (store, report) = open_read(dir)?;

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::output::{
     CliError, align_right, emit, emit_json, find_one, key_values, ratio, render, serde_name, table,
 };
+use crate::server_half::ServerHalf;
 use crate::source::{Source, SourceArgs};
 
 /// Arguments of `job status`.
@@ -124,8 +125,8 @@ const STATUSES: [ClientStatus; 5] = [
 ];
 
 /// `job status [ID] [--namespace NS]`.
-pub fn job(args: &JobArgs) -> Result<(), CliError> {
-    let source = Source::open(&args.source)?;
+pub fn job(args: &JobArgs, server: &dyn ServerHalf) -> Result<(), CliError> {
+    let source = Source::open(&args.source, server)?;
     let all = source.jobs(args.namespace.as_deref())?;
     let Some(wanted) = &args.id else {
         if args.json {

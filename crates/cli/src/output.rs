@@ -84,7 +84,7 @@ fn one_line(s: &str) -> String {
 /// single-store commands would read it as an empty store, and a write there would
 /// start a second log beside Raft's.
 pub fn refuse_server_dir(dir: &Path) -> Result<(), CliError> {
-    if schedstate_raft::is_server_dir(dir) {
+    if schedstate::persist::is_server_dir(dir) {
         return Err(err(format!(
             "{} is a replicated server's directory (a Raft log), not a store's: read it through its agent (--address http://HOST:PORT; start one with `schedstate agent --data {}`), or look inside with `schedstate inspect --data {}`",
             dir.display(),

@@ -3,19 +3,19 @@
 //! HTTP API (`--address`, with `--token-file` or `SCHEDSTATE_TOKEN`). Both answer in the API's shapes, so the
 //! commands render the same output from either.
 
-use std::future::Future;
 use std::path::PathBuf;
 
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
-use schedstate::model::{AllocListStub, Allocation, CsiPlugin, CsiVolume, Job, Node};
+use schedstate::model::{
+    AllocListStub, Allocation, CsiPlugin, CsiVolume, Job, Node, PluginListStub,
+};
 use schedstate::state::{StateSnapshot, StateView};
-use schedstate_agent::api::PluginListStub;
-use schedstate_agent::{Client, ClientError, ReadOptions};
 
 use crate::connect::Credentials;
-use crate::output::{CliError, err, open_read};
+use crate::output::{CliError, open_read};
+use crate::server_half::{RemoteReads, ServerHalf};
 
 /// The data directory read when neither `--data` nor `--address` is given.
 pub const DEFAULT_DATA_DIR: &str = "./schedstate-data";
@@ -105,17 +105,11 @@ impl SourceArgs {
 
 /// The state the status commands read: one snapshot of a data directory, or an
 /// agent (each call one consistent read).
-#[derive(Debug)]
 pub enum Source {
     /// A data directory, loaded read-only.
-    Local(StateSnapshot),
-    /// An agent, called on a current-thread runtime.
-    Remote {
-        /// The HTTP client.
-        client: Client,
-        /// Runs the client's calls.
-        runtime: tokio::runtime::Runtime,
-    },
+    Local(Box<StateSnapshot>),
+    /// An agent, read through the server half.
+    Remote(Box<dyn RemoteReads>),
 }
 
 /// The plugin list of one state version, in id order.
@@ -132,66 +126,24 @@ fn redacted(mut v: CsiVolume) -> CsiVolume {
     v
 }
 
-fn one_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// An error of the HTTP client as one line naming the agent.
-pub(crate) fn agent_error(address: &str, e: &ClientError) -> CliError {
-    let what = match e {
-        ClientError::Transport { url, cause, .. } => format!("no answer: {cause} ({url})"),
-        ClientError::BadAddress { reason, .. } => format!("not a usable address: {reason}"),
-        other => other.to_string(),
-    };
-    err(one_line(&format!("agent {address}: {what}")))
-}
-
 impl Source {
     /// Opens what `args` select: the directory with [`open_read`] (taking one
-    /// snapshot), or a client of the agent (no request is made yet).
-    pub fn open(args: &SourceArgs) -> Result<Source, CliError> {
+    /// snapshot), or the agent through `server` (no request is made yet).
+    pub fn open(args: &SourceArgs, server: &dyn ServerHalf) -> Result<Source, CliError> {
         match args.target() {
             Target::Dir(dir) => {
                 let (store, _) = open_read(&dir)?;
-                Ok(Source::Local(store.snapshot()))
+                Ok(Source::Local(Box::new(store.snapshot())))
             }
-            Target::Agent(address) => {
-                let client = args.creds.client(&address)?;
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| err(format!("agent {address}: no runtime: {e}")))?;
-                Ok(Source::Remote { client, runtime })
-            }
+            Target::Agent(address) => Ok(Source::Remote(server.remote(&address, &args.creds)?)),
         }
-    }
-
-    /// Runs one client call to its end.
-    fn call<T, F>(
-        client: &Client,
-        runtime: &tokio::runtime::Runtime,
-        f: impl FnOnce(Client) -> F,
-    ) -> Result<T, CliError>
-    where
-        F: Future<Output = Result<T, ClientError>>,
-    {
-        runtime
-            .block_on(f(client.clone()))
-            .map_err(|e| agent_error(client.address(), &e))
     }
 
     /// Every plugin's identity and health counts, in id order.
     pub fn plugin_rows(&self) -> Result<Vec<PluginListStub>, CliError> {
         match self {
             Source::Local(snap) => Ok(plugin_stubs(&snap.view())),
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.plugins(ReadOptions::default()).await
-            })
-            .map(|r| r.value),
+            Source::Remote(agent) => agent.plugin_rows(),
         }
     }
 
@@ -202,10 +154,7 @@ impl Source {
                 let v = snap.view();
                 Ok(v.csi_plugin(id).map(|p| v.denormalize_csi_plugin(&p)))
             }
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.plugin(id, ReadOptions::default()).await
-            })
-            .map(|r| r.value),
+            Source::Remote(agent) => agent.plugin(id),
         }
     }
 
@@ -213,10 +162,7 @@ impl Source {
     pub fn nodes(&self) -> Result<Vec<Node>, CliError> {
         match self {
             Source::Local(snap) => Ok(snap.view().nodes().map(|n| (*n).clone()).collect()),
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.nodes(ReadOptions::default()).await
-            })
-            .map(|r| r.value),
+            Source::Remote(agent) => agent.nodes(),
         }
     }
 
@@ -224,10 +170,7 @@ impl Source {
     pub fn node(&self, id: &str) -> Result<Option<Node>, CliError> {
         match self {
             Source::Local(snap) => Ok(snap.view().node(id).map(|n| (*n).clone())),
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.node(id, ReadOptions::default()).await
-            })
-            .map(|r| r.value),
+            Source::Remote(agent) => agent.node(id),
         }
     }
 
@@ -239,10 +182,7 @@ impl Source {
                 .allocs_by_node(id)
                 .map(|a| (*a).clone())
                 .collect()),
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.node_allocations(id, ReadOptions::default()).await
-            })
-            .map(|r| r.value.unwrap_or_default()),
+            Source::Remote(agent) => agent.allocs_by_node(id),
         }
     }
 
@@ -254,10 +194,7 @@ impl Source {
         }
         match self {
             Source::Local(snap) => Ok(snap.view().alloc(id).map(|a| (*a).clone())),
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.allocation(id, ReadOptions::default()).await
-            })
-            .map(|r| r.value),
+            Source::Remote(agent) => agent.alloc(id),
         }
     }
 
@@ -273,10 +210,7 @@ impl Source {
                 };
                 Ok(jobs.into_iter().map(|j| (*j).clone()).collect())
             }
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.jobs(namespace, ReadOptions::default()).await
-            })
-            .map(|r| r.value),
+            Source::Remote(agent) => agent.jobs(namespace),
         }
     }
 
@@ -289,11 +223,7 @@ impl Source {
                 .allocs_by_job(namespace, id)
                 .map(AllocListStub::new)
                 .collect()),
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.job_allocations(namespace, id, ReadOptions::default())
-                    .await
-            })
-            .map(|r| r.value.unwrap_or_default()),
+            Source::Remote(agent) => agent.allocs_by_job(namespace, id),
         }
     }
 
@@ -312,10 +242,7 @@ impl Source {
                     .map(|vol| v.denormalize_csi_volume(vol))
                     .collect()
             }
-            Source::Remote { client, runtime } => Self::call(client, runtime, |c| async move {
-                c.volumes(namespace, None, ReadOptions::default()).await
-            })
-            .map(|r| r.value)?,
+            Source::Remote(agent) => agent.volumes(namespace)?,
         };
         Ok(all.into_iter().map(redacted).collect())
     }

@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use clap::Args;
+use schedstate::model::PluginListStub;
 use schedstate::model::{AllocListStub, Allocation, CsiInfo, CsiPlugin, Id, Node};
-use schedstate_agent::api::PluginListStub;
 use serde::Serialize;
 
 use crate::output::{
     CliError, align_right, emit, emit_json, key_values, ratio, render, resolve_id, serde_name,
     table,
 };
+use crate::server_half::ServerHalf;
 use crate::source::{Source, SourceArgs};
 
 /// Arguments of `plugin status`.
@@ -72,8 +73,8 @@ pub fn plugin_table(rows: &[PluginListStub]) -> String {
 }
 
 /// `plugin status [ID]`.
-pub fn plugin(args: &PluginArgs) -> Result<(), CliError> {
-    let source = Source::open(&args.source)?;
+pub fn plugin(args: &PluginArgs, server: &dyn ServerHalf) -> Result<(), CliError> {
+    let source = Source::open(&args.source, server)?;
     let rows = source.plugin_rows()?;
     let Some(wanted) = &args.id else {
         if args.json {
@@ -210,8 +211,8 @@ fn fingerprint_list<'a>(map: impl Iterator<Item = (&'a Id, &'a Arc<CsiInfo>)>) -
 }
 
 /// `node status [ID]`.
-pub fn node(args: &NodeArgs) -> Result<(), CliError> {
-    let source = Source::open(&args.source)?;
+pub fn node(args: &NodeArgs, server: &dyn ServerHalf) -> Result<(), CliError> {
+    let source = Source::open(&args.source, server)?;
     let nodes = source.nodes()?;
     let Some(wanted) = &args.id else {
         if args.json {

@@ -4,6 +4,7 @@ use clap::Args;
 use schedstate::model::{CsiVolume, CsiVolumeClaim};
 
 use crate::output::{CliError, emit, emit_json, find_one, key_values, render, serde_name, table};
+use crate::server_half::ServerHalf;
 use crate::source::{Source, SourceArgs};
 
 /// Arguments of `volume status`.
@@ -22,8 +23,8 @@ pub struct VolumeArgs {
 }
 
 /// `volume status [ID] [--namespace NS]`.
-pub fn volume(args: &VolumeArgs) -> Result<(), CliError> {
-    let source = Source::open(&args.source)?;
+pub fn volume(args: &VolumeArgs, server: &dyn ServerHalf) -> Result<(), CliError> {
+    let source = Source::open(&args.source, server)?;
     let all = source.volumes(args.namespace.as_deref())?;
     let Some(wanted) = &args.id else {
         if args.json {

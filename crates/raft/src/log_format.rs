@@ -95,47 +95,25 @@ pub(crate) fn decode_record(version: u32, payload: &[u8]) -> Result<RaftRecord, 
     })
 }
 
-/// The file name of segment `seq`.
+/// The file name of segment `seq` (named by the store, whose tools recognize a
+/// server's directory by it).
 pub(crate) fn segment_name(seq: u64) -> String {
-    format!("raft-{seq:020}.log")
+    schedstate::persist::server_segment_name(seq)
 }
 
 /// The sequence number of a segment file name.
 pub(crate) fn parse_segment_name(name: &str) -> Option<u64> {
-    name.strip_prefix("raft-")?
-        .strip_suffix(".log")?
-        .parse()
-        .ok()
+    schedstate::persist::parse_server_segment_name(name)
 }
 
 /// The path of the metadata file in `dir`.
 pub(crate) fn meta_path(dir: &Path) -> PathBuf {
-    dir.join("raft-meta")
+    schedstate::persist::server_meta_path(dir)
 }
 
-/// Whether `dir` is (or was) a replicated server's data directory: it holds a Raft
-/// metadata file or log segment. Tools that read a single store's directory use it to
-/// refuse one of these instead of reading it as an empty store (or writing a second
-/// log into it).
-///
-/// ```
-/// let dir = tempfile::tempdir().unwrap();
-/// assert!(!schedstate_raft::is_server_dir(dir.path()));
-/// std::fs::write(dir.path().join("raft-meta"), b"").unwrap();
-/// assert!(schedstate_raft::is_server_dir(dir.path()));
-/// ```
-pub fn is_server_dir(dir: &Path) -> bool {
-    if meta_path(dir).exists() {
-        return true;
-    }
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.filter_map(Result::ok).any(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| parse_segment_name(n).is_some())
-        })
-    })
-}
+/// Whether `dir` is (or was) a replicated server's data directory
+/// ([`schedstate::persist::is_server_dir`], re-exported for this crate's users).
+pub use schedstate::persist::is_server_dir;
 
 /// One log entry as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! The cluster: the `schedstate` binary, three agent processes on free loopback
+//! The cluster: the `schedstate-server` binary, three agent processes on free loopback
 //! ports, and what the phases ask of them (leader, memory, waiting queries).
 
 use std::fs::File;
@@ -16,8 +16,8 @@ use crate::system::proc_memory_kb;
 /// The gauge of blocking queries waiting on an agent.
 pub const WAITING: &str = "schedstate_blocking_queries_waiting";
 
-/// The `schedstate` binary: `-bin`, `SCHEDSTATE_BIN`, or beside this benchmark's
-/// directory (`target/release/deps/../schedstate`).
+/// The `schedstate-server` binary (the whole command line): `-bin`, `SCHEDSTATE_BIN`, or beside this benchmark's
+/// directory (`target/release/deps/../schedstate-server`).
 pub fn locate_binary(flag: Option<&Path>) -> PathBuf {
     let (path, from) = if let Some(p) = flag {
         (p.to_path_buf(), "-bin")
@@ -29,12 +29,12 @@ pub fn locate_binary(flag: Option<&Path>) -> PathBuf {
             .parent()
             .and_then(Path::parent)
             .expect("the benchmark runs from target/<profile>/deps");
-        (dir.join("schedstate"), "beside the benchmark")
+        (dir.join("schedstate-server"), "beside the benchmark")
     };
     if !path.is_file() {
         eprintln!(
-            "error: no schedstate binary at {} ({from}).\n\
-             Build it first:  cargo build --release -p schedstate-cli\n\
+            "error: no schedstate-server binary at {} ({from}).\n\
+             Build it first:  cargo build --release -p schedstate-server\n\
              or point to one:  -bin PATH  or  SCHEDSTATE_BIN=PATH",
             path.display()
         );
@@ -71,6 +71,7 @@ pub fn warn_if_stale(bin: &Path, out: &Out) {
         "crates/raft/src",
         "crates/agent/src",
         "crates/cli/src",
+        "crates/server/src",
     ];
     let newer: Vec<&str> = sources
         .iter()
@@ -79,7 +80,7 @@ pub fn warn_if_stale(bin: &Path, out: &Out) {
         .collect();
     if !newer.is_empty() {
         out.line(format!(
-            "# warning: {} is older than sources in {}: rebuild with `cargo build --release -p schedstate-cli`",
+            "# warning: {} is older than sources in {}: rebuild with `cargo build --release -p schedstate-server`",
             bin.display(),
             newer.join(", ")
         ));

@@ -1,9 +1,9 @@
-//! The agent over HTTP, through real processes: a 3-agent cluster of the `schedstate`
+//! The agent over HTTP, through real processes: a 3-agent cluster of the `schedstate-server`
 //! binary on loopback (fsync on, each with its own data directory), driven with
 //! [`Client`] from this process.
 //!
 //! ```text
-//! cargo build --release -p schedstate-cli      # the agents run target/release/schedstate
+//! cargo build --release -p schedstate-server   # the agents run target/release/schedstate-server
 //! cargo bench -p schedstate-agent --bench http_workload -- [-quick] [-json]
 //!     [-clients 1,16,64] [-secs 5] [-warmup 0.5] [-write allocs|nodes]
 //!     [-waiters 10000] [-waiters-stale] [-rate 200] [-waiter-secs 10]

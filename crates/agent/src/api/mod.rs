@@ -11,7 +11,6 @@ pub mod nomad;
 
 use std::time::Duration;
 
-use schedstate::model::{CsiPlugin, Id};
 use serde::{Deserialize, Serialize};
 
 pub use acl::{AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, HealthStatus};
@@ -44,43 +43,9 @@ pub const NOMAD_NEXT_TOKEN_HEADER: &str = "X-Nomad-NextToken";
 /// The largest request body the public API takes (a `Command`); more is 413.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
 
-/// One row of `GET /v1/plugins`: a plugin's identity and health counts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PluginListStub {
-    /// The plugin id.
-    pub id: String,
-    /// The provider name from the CSI GetPluginInfo call (`ebs.csi.aws.com`).
-    pub provider: Id,
-    /// The provider's version.
-    pub version: Id,
-    /// Whether the plugin needs a controller.
-    pub controller_required: bool,
-    /// Healthy controller instances.
-    pub controllers_healthy: usize,
-    /// Controller instances the live jobs that run the plugin expect (their sum).
-    pub controllers_expected: usize,
-    /// Healthy node instances.
-    pub nodes_healthy: usize,
-    /// Node instances the live jobs that run the plugin expect (their sum).
-    pub nodes_expected: usize,
-}
-
-impl PluginListStub {
-    /// The stub of `plugin`.
-    pub fn of(plugin: &CsiPlugin) -> Self {
-        PluginListStub {
-            id: plugin.id.to_string(),
-            provider: plugin.provider.clone(),
-            version: plugin.version.clone(),
-            controller_required: plugin.controller_required,
-            controllers_healthy: plugin.controllers_healthy(),
-            controllers_expected: plugin.controllers_expected(),
-            nodes_healthy: plugin.nodes_healthy(),
-            nodes_expected: plugin.nodes_expected(),
-        }
-    }
-}
+/// One row of `GET /v1/plugins` (defined with the model, where the command line's
+/// status tables read it too).
+pub use schedstate::model::PluginListStub;
 
 /// The answer to `POST /v1/commands`: the command committed and was applied at
 /// `index` on the server that answered.

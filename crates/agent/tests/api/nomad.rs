@@ -1,5 +1,5 @@
 //! Nomad's list parameters and headers over HTTP, without Nomad's clients (those are
-//! `crates/cli/tests/cli/nomad_compat.rs`): pages and `X-Nomad-NextToken`, `reverse`,
+//! `crates/server/tests/server/nomad_compat.rs`): pages and `X-Nomad-NextToken`, `reverse`,
 //! `prefix`, `filter`, namespaces, the stub shapes and `?full`, Nomad's headers.
 
 use schedstate::model::ClientStatus;

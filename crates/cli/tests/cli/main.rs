@@ -1,15 +1,17 @@
 //! Integration tests of the `schedstate` binary: a small demo, then every status
 //! command checked against the store itself (opened read-only here), JSON output,
-//! running the demo again, determinism per seed, snapshots, and the error cases.
+//! running the demo again, determinism per seed, snapshots, the error cases, and the
+//! hand-off of server commands to `schedstate-server` (a stand-in here; the server's
+//! own tests run the real one).
 
-mod agent_procs;
-mod bench;
-mod cluster;
-mod inspect_server;
-mod nomad_compat;
-mod readme;
-mod remote;
+mod handoff;
 mod support;
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_schedstate");
+/// No server: a command handed off here fails, so none of these tests needs one
+/// (the hand-off tests give their own).
+const SERVER_BIN: &str = "/nonexistent/schedstate-server";
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -498,16 +500,9 @@ fn a_replicated_servers_directory_is_refused_and_left_alone() {
             "{args:?}: {e}"
         );
     }
-    // inspect reads it as the server's it is: an empty segment is one being created.
-    let out = ok(&["inspect", "--data", dir.arg()]);
-    assert!(
-        value(&out, "Kind").starts_with("replicated server"),
-        "{out}"
-    );
-    assert!(
-        value(&out, "Torn Tail").contains("a segment being created"),
-        "{out}"
-    );
+    // inspect hands it to the server (whose tests read it: `inspect_server.rs`).
+    let (_, e) = fails_on(&["inspect"], &dir);
+    assert!(e.contains("/nonexistent/schedstate-server"), "{e}");
     let after = file_names(dir.path());
     assert_eq!(before, after, "a command wrote into the directory");
 }

@@ -1,6 +1,7 @@
 //! Helpers of the command-line tests: running the binary, reading its tables, and
 //! loading and damaging the data directories it writes (a [`TempDir`], usually
-//! [`TempDir::absent`]: the tool creates it).
+//! [`TempDir::absent`]: the tool creates it). Shared by the tests of `schedstate`
+//! and of `schedstate-server` (which include this file), each naming its binary.
 
 use std::path::{Path, PathBuf};
 
@@ -59,10 +60,12 @@ pub fn canonical(store: &StateStore) -> Vec<u8> {
         .expect("canonical bytes encode")
 }
 
-/// The binary under test.
+/// The binary under test (`BIN` of the test crate that includes this file), with the
+/// server binary it hands server commands to (`SERVER_BIN`).
 pub fn schedstate() -> Command {
-    let mut cmd = Command::cargo_bin("schedstate").expect("the schedstate binary is built");
-    cmd.env_remove("CARGO_MANIFEST_DIR");
+    let mut cmd = Command::new(super::BIN);
+    cmd.env_remove("CARGO_MANIFEST_DIR")
+        .env("SCHEDSTATE_SERVER_BIN", super::SERVER_BIN);
     cmd
 }
 

@@ -213,3 +213,27 @@ fn damage_in_a_servers_directory_is_named_with_file_and_offset() {
         )
     );
 }
+
+/// The store's commands refuse a server's directory (`schedstate`'s tests); `inspect`
+/// reads it as the server's it is, and writes nothing: an empty segment is one being
+/// created.
+#[test]
+fn inspect_reads_a_fresh_servers_directory_and_leaves_it_alone() {
+    let dir = crate::support::TempDir::new("server");
+    std::fs::write(dir.join("raft-00000000000000000001.log"), b"").unwrap();
+    let before = files(dir.path());
+    let out = ok(&["inspect", "--data", dir.arg()]);
+    assert!(
+        value(&out, "Kind").starts_with("replicated server"),
+        "{out}"
+    );
+    assert!(
+        value(&out, "Torn Tail").contains("a segment being created"),
+        "{out}"
+    );
+    assert_eq!(
+        files(dir.path()),
+        before,
+        "inspect wrote into the directory"
+    );
+}

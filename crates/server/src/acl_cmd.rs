@@ -11,10 +11,10 @@ use clap::{Args, Subcommand};
 use schedstate::model::AclScope;
 use schedstate_agent::api::{AclTokenRequest, AclTokenView};
 
-use crate::connect::read_token_file;
 use crate::operator_cmd::AgentArgs;
-use crate::output::{CliError, err};
-use crate::source::agent_error;
+use crate::remote::agent_error;
+use schedstate_cli::connect::read_token_file;
+use schedstate_cli::output::{CliError, err};
 
 /// `acl`.
 #[derive(Debug, Subcommand)]
@@ -151,7 +151,7 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
                     )));
                 }
                 let secret = secret_file.as_deref().map(read_token_file).transpose()?;
-                let c = agent.creds.client(&agent.address)?;
+                let c = crate::connect::client(&agent.creds, &agent.address)?;
                 // Right after the servers start (a script, a provisioning tool), they
                 // may not listen or have a leader yet: wait for them, as long as the
                 // answer says nothing was done.
@@ -182,7 +182,7 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
                         file.display()
                     )));
                 }
-                let c = a.agent.creds.client(&a.agent.address)?;
+                let c = crate::connect::client(&a.agent.creds, &a.agent.address)?;
                 let request = AclTokenRequest {
                     name: a.name,
                     scopes: a.scope,
@@ -198,7 +198,7 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
             AclCmd::Token {
                 command: TokenCmd::List(agent),
             } => {
-                let c = agent.creds.client(&agent.address)?;
+                let c = crate::connect::client(&agent.creds, &agent.address)?;
                 let tokens = c
                     .acl_tokens()
                     .await
@@ -222,7 +222,7 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
             AclCmd::Token {
                 command: TokenCmd::Info { accessor, agent },
             } => {
-                let c = agent.creds.client(&agent.address)?;
+                let c = crate::connect::client(&agent.creds, &agent.address)?;
                 let token = if accessor == "self" {
                     c.acl_token_self().await
                 } else {
@@ -234,7 +234,7 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
             AclCmd::Token {
                 command: TokenCmd::Delete { accessor, agent },
             } => {
-                let c = agent.creds.client(&agent.address)?;
+                let c = crate::connect::client(&agent.creds, &agent.address)?;
                 c.acl_revoke(&accessor)
                     .await
                     .map_err(|e| agent_error(&agent.address, &e))?;

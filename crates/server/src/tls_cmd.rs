@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
 use schedstate_agent::tls::DEFAULT_REGION;
 
-use crate::output::{CliError, err};
+use schedstate_cli::output::{CliError, err};
 
 /// The CA's file name stem.
 pub const CA_STEM: &str = "schedstate-agent-ca";

@@ -24,7 +24,7 @@ use tokio::sync::{Semaphore, mpsc};
 use super::agent_process::AgentProcess;
 use super::long_poll::{self, Answer, PollError};
 use super::report::{Percentiles, RunReport};
-use crate::output::{CliError, err};
+use schedstate_cli::output::{CliError, err};
 
 /// The most clients one run opens (the open-file limits of the tool and the agent,
 /// one descriptor each per client, are 20,000 on the machines this was built for).

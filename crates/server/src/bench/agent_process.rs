@@ -12,7 +12,7 @@ use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::agents::terminate;
-use crate::output::{CliError, err};
+use schedstate_cli::output::{CliError, err};
 
 /// How long an agent may take to print its address.
 const START: Duration = Duration::from_secs(60);

@@ -7,11 +7,11 @@
 use clap::{Args, Subcommand};
 use schedstate_agent::Client;
 
-use crate::connect::Credentials;
 use schedstate_agent::api::{PeerChange, PeerChangeDone};
+use schedstate_cli::connect::Credentials;
 
-use crate::output::{CliError, err};
-use crate::source::agent_error;
+use crate::remote::agent_error;
+use schedstate_cli::output::{CliError, err};
 
 /// `operator`.
 #[derive(Debug, Subcommand)]
@@ -72,7 +72,7 @@ pub struct AgentArgs {
 }
 
 fn client(a: &AgentArgs) -> Result<Client, CliError> {
-    a.creds.client(&a.address)
+    crate::connect::client(&a.creds, &a.address)
 }
 
 /// `operator`.

@@ -9,8 +9,8 @@ use schedstate_raft::inspect::{
 use schedstate_raft::{RAFT_LOG_VERSION, RAFT_META_VERSION, RAFT_SNAPSHOT_VERSION, inspect_dir};
 use serde::Serialize;
 
-use crate::inspect::{InspectArgs, VerifyJson, verify, verify_json};
-use crate::output::{
+use schedstate_cli::inspect::{InspectArgs, VerifyJson, verify, verify_json};
+use schedstate_cli::output::{
     CliError, align_right, bytes, emit, emit_json, files_section, key_values, render, table,
     thousands,
 };

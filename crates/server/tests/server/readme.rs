@@ -1,6 +1,7 @@
 //! The README's secure setup, run as written: the shell block after the
 //! `secure-setup` marker, with the ports 4646-4648 replaced by free ones and
-//! `schedstate` being this build's binary. Afterwards the cluster it left running is
+//! `schedstate` being this build's binary, which hands each of these commands to this
+//! build's `schedstate-server` (both are built by `cargo test` at the workspace root). Afterwards the cluster it left running is
 //! checked from outside — the dashboards token reads and may not write, the revoked
 //! management token is refused, the rotated certificate is served — and every agent it
 //! started is killed, also when the test fails.
@@ -71,7 +72,12 @@ async fn the_readmes_secure_setup_runs_as_written() {
         .tempdir()
         .expect("temp dir");
     let _reaper = Reaper(dir.path().to_path_buf());
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_schedstate"));
+    let bin = PathBuf::from(crate::BIN).with_file_name("schedstate");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo test` at the workspace root, which builds both binaries",
+        bin.display()
+    );
     let path = format!(
         "{}:{}",
         bin.parent().expect("the binary's directory").display(),
@@ -92,6 +98,7 @@ async fn the_readmes_secure_setup_runs_as_written() {
     ] {
         cmd.env_remove(var);
     }
+    cmd.env("SCHEDSTATE_SERVER_BIN", crate::BIN);
     let out = tokio::time::timeout(
         Duration::from_secs(120),
         tokio::task::spawn_blocking(move || cmd.output()),

@@ -15,8 +15,8 @@ mod report;
 
 use clap::Subcommand;
 
-use crate::output::{CliError, err};
 use report::Report;
+use schedstate_cli::output::{CliError, err};
 
 /// `bench` subcommands.
 #[derive(Debug, Subcommand)]

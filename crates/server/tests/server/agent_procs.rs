@@ -191,7 +191,7 @@ impl ProcCluster {
             .append(true)
             .open(self.log(i))
             .expect("log file");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_schedstate"));
+        let mut cmd = Command::new(crate::BIN);
         cmd.args(["agent", "--id", &(i + 1).to_string()])
             .args(["--bind", &format!("127.0.0.1:{}", self.ports[i])])
             .arg("--data")

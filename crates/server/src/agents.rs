@@ -13,9 +13,9 @@ use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
 use schedstate_agent::{Client, ClientTls};
 use tokio::runtime::Runtime;
 
-use crate::output::{CliError, err};
-use crate::sim::Backend;
 use crate::tls_cmd::CA_STEM;
+use schedstate_cli::output::{CliError, err};
+use schedstate_cli::sim::Backend;
 
 /// Every wait on the cluster (a leader, a restart): generous for a loaded machine.
 pub const PATIENCE: Duration = Duration::from_secs(60);
@@ -310,7 +310,7 @@ impl Remote {
         };
         r.find_leader()?;
         let token = if token_file.exists() {
-            crate::connect::read_token_file(token_file)?
+            schedstate_cli::connect::read_token_file(token_file)?
         } else {
             let start = Instant::now();
             let root = loop {

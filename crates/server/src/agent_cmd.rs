@@ -7,7 +7,7 @@ use clap::Args;
 use schedstate_agent::tls::{TlsFiles, TlsOptions};
 use schedstate_agent::{Agent, AgentConfig, ClusterKey, Limits, Peers};
 
-use crate::output::{CliError, err};
+use schedstate_cli::output::{CliError, err};
 
 /// Arguments of `agent`.
 #[derive(Debug, Args)]

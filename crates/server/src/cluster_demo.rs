@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use schedstate_agent::{Client, ReadOptions};
 
 use crate::agents::{Agents, PATIENCE, Remote, ports};
-use crate::catalog::{PLUGINS, WATCHED_PLUGIN};
-use crate::demo::{DemoArgs, invocation, wake_line};
-use crate::output::{CliError, emit, err, thousands};
-use crate::sim::Cluster;
-use crate::source::plugin_stubs;
-use crate::status::plugin_table;
+use schedstate_cli::catalog::{PLUGINS, WATCHED_PLUGIN};
+use schedstate_cli::demo::{DemoArgs, invocation, wake_line};
+use schedstate_cli::output::{CliError, emit, err, thousands};
+use schedstate_cli::sim::Cluster;
+use schedstate_cli::source::plugin_stubs;
+use schedstate_cli::status::plugin_table;
 
 /// Where the agents' directories go: beside the single-store demo's, never in it.
 fn cluster_dir(args: &DemoArgs) -> PathBuf {
