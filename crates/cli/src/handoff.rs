@@ -1,6 +1,7 @@
 //! `schedstate` hands the server's command lines to `schedstate-server`: the same
-//! arguments, environment and standard streams, by `exec` on Unix (so signals sent to
-//! the process reach the server), by running it and passing its exit code on.
+//! arguments (and `argv[0]`), environment and standard streams, by `exec` on Unix (so
+//! signals sent to the process reach the server), elsewhere by running it and passing
+//! its exit code on.
 //!
 //! The server binary is found in `SCHEDSTATE_SERVER_BIN`, else beside this one. A
 //! `schedstate` built in this repository's target directory builds it there when it is
@@ -39,9 +40,11 @@ impl Handoff {
     /// Returns only what kept it from running; elsewhere than Unix, exits with the
     /// server's exit code.
     pub fn exec(&self) -> CliError {
-        let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+        let mut args = std::env::args_os();
+        let arg0 = args.next().unwrap_or_else(|| "schedstate".into());
+        let args: Vec<OsString> = args.collect();
         match server_binary() {
-            Ok(bin) => run(&bin, &args),
+            Ok(bin) => run(&bin, &arg0, &args),
             Err(e) => e,
         }
     }
@@ -61,15 +64,17 @@ impl ServerHalf for Handoff {
     }
 }
 
+/// Runs `bin` with `args` in place of this process; its `argv[0]` stays this one's, so
+/// its usage lines and `ps` say `schedstate`.
 #[cfg(unix)]
-fn run(bin: &Path, args: &[OsString]) -> CliError {
+fn run(bin: &Path, arg0: &OsString, args: &[OsString]) -> CliError {
     use std::os::unix::process::CommandExt;
-    let e = Command::new(bin).args(args).exec();
+    let e = Command::new(bin).arg0(arg0).args(args).exec();
     err(format!("cannot run {}: {e}", bin.display()))
 }
 
 #[cfg(not(unix))]
-fn run(bin: &Path, args: &[OsString]) -> CliError {
+fn run(bin: &Path, _arg0: &OsString, args: &[OsString]) -> CliError {
     match Command::new(bin).args(args).status() {
         Ok(status) => std::process::exit(status.code().unwrap_or(1)),
         Err(e) => err(format!("cannot run {}: {e}", bin.display())),
@@ -183,7 +188,7 @@ impl BuildPlace {
             .arg(&self.target_dir)
             .current_dir(&self.workspace);
         eprintln!(
-            "schedstate: this command runs in {SERVER_BIN}, the server half of the command line; building it first (the server stack, once: about a minute and a half on two cores)"
+            "schedstate: this command runs in {SERVER_BIN}, the server half of the command line; building it first (the server stack, once: about two minutes on two cores)"
         );
         let status = cmd.status().map_err(|e| {
             err(format!(
