@@ -93,6 +93,19 @@ impl std::hash::Hash for Key {
 impl Key {
     /// A key of one string component.
     pub fn str(s: &str) -> Key {
+        // Every index lookup by one id builds one: written in place when it fits and
+        // needs no escape, without the builder's buffer and its copy.
+        let b = s.as_bytes();
+        if b.len() + 2 <= INLINE && !b.contains(&0) {
+            let mut bytes = [0u8; INLINE];
+            bytes[..b.len()].copy_from_slice(b);
+            bytes[b.len() + 1] = 1;
+            // INLINE < 256, so the length fits a byte.
+            return Key(Repr::Inline {
+                len: (b.len() + 2) as u8,
+                bytes,
+            });
+        }
         KeyBuilder::new().str(s).build()
     }
 
@@ -292,6 +305,21 @@ pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<SmallVec<[u8; INLINE]>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_one_string_key_is_the_builders() {
+        for s in [
+            "",
+            "a",
+            "n\0x",
+            &"x".repeat(75),
+            &"x".repeat(76),
+            &"y".repeat(200),
+        ] {
+            let built = KeyBuilder::new().str(s).build();
+            assert_eq!(Key::str(s).as_bytes(), built.as_bytes(), "{s:?}");
+        }
+    }
 
     #[test]
     fn string_order_is_preserved() {

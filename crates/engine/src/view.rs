@@ -239,11 +239,12 @@ impl<'a> View<'a> {
         }
     }
 
-    /// A prefix scan is the range from the prefix to its successor: the iterator
-    /// finds its end with a second descent (to a leaf the first one just read) and
-    /// then never reads a key's bytes, only the values beside them. Checking each key
-    /// for the prefix instead would read every key of the scan (an index entry is
-    /// ~76 bytes: ten entries are twelve cache lines).
+    /// A prefix scan is the range from the prefix to its successor. Its end is
+    /// found in the leaf it starts in, mostly from the leaf's group numbers (an
+    /// index's entries of one id share a group) or else with a second search there;
+    /// the scan then never reads a key's bytes, only the values beside them. Checking
+    /// each key for the prefix instead would read every key of the scan (an index
+    /// entry is ~76 bytes: ten entries are twelve cache lines).
     fn scan_prefix<V>(
         &self,
         schema: u64,
@@ -253,11 +254,7 @@ impl<'a> View<'a> {
     ) -> Rows<'a, V> {
         self.watch_prefix(table, map, prefix);
         let inner = match self.map(schema, table, map) {
-            Some(m) => {
-                let end = prefix_successor(prefix);
-                let hi = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-                RowsInner::Range(m.range((Bound::Included(prefix), hi)))
-            }
+            Some(m) => RowsInner::Range(m.prefix(prefix)),
             None => RowsInner::One(None),
         };
         Rows {

@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use super::key_ref::KeyRef;
 use super::node::{Inner, Leaf, Node};
+use crate::key::prefix_successor;
 
 /// A position: the inner nodes above it with the child taken in each, the leaf, and
 /// the entry in the leaf.
@@ -220,20 +221,52 @@ impl<'a, V> Iter<'a, V> {
     }
 
     pub(super) fn new(root: &'a Node<V>, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Iter<'a, V> {
-        let Some(front) = Cursor::first_from(root, lo) else {
+        match Cursor::first_from(root, lo) {
+            Some(front) => Iter::from_front(root, front, hi),
+            None => Iter::empty(),
+        }
+    }
+
+    /// The entries whose key starts with `prefix`. Where the keys of the leaf it
+    /// starts in are grouped by a prefix at least as long, the end is read from the
+    /// group numbers; else it is the range up to the prefix's successor.
+    pub(super) fn with_prefix(root: &'a Node<V>, prefix: &[u8]) -> Iter<'a, V> {
+        let Some(front) = Cursor::first_from(root, Bound::Included(prefix)) else {
             return Iter::empty();
         };
+        if let Some(end) = front.leaf.keys.prefix_end_from(front.idx, prefix) {
+            return Iter::ending_in_leaf(root, front, end);
+        }
+        let successor = prefix_successor(prefix);
+        let hi = successor
+            .as_deref()
+            .map_or(Bound::Unbounded, Bound::Excluded);
+        Iter::from_front(root, front, hi)
+    }
+
+    /// The entries from `front` to one before `end` of its leaf (none if `end` is not
+    /// after it).
+    fn ending_in_leaf(root: &'a Node<V>, front: Cursor<'a, V>, end: usize) -> Iter<'a, V> {
+        if end <= front.idx {
+            return Iter::empty();
+        }
+        let mut back = front.clone();
+        back.idx = end - 1;
+        Iter {
+            root: Some(root),
+            front: Some(front),
+            back: Some(back),
+        }
+    }
+
+    /// The entries from `front` within the upper bound `hi`.
+    fn from_front(root: &'a Node<V>, front: Cursor<'a, V>, hi: Bound<&[u8]>) -> Iter<'a, V> {
         let back = match hi {
             Bound::Unbounded => None,
             // Most bounded ranges (an index prefix: one node's allocations) end in the
             // leaf they start in: the end is found there, without a second descent.
             hi if let Some(end) = front.end_in_leaf(hi) => {
-                if end <= front.idx {
-                    return Iter::empty();
-                }
-                let mut b = front.clone();
-                b.idx = end - 1;
-                Some(b)
+                return Iter::ending_in_leaf(root, front, end);
             }
             hi => match Cursor::last_until(root, hi) {
                 Some(b) if front.entry().0 <= b.entry().0 => Some(b),

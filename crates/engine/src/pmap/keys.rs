@@ -574,6 +574,32 @@ impl Keys {
         (i == 0 || joins(i - 1)) && (i == self.len() || joins(i))
     }
 
+    /// Where the keys that start with `prefix` end, given that none before key `i`
+    /// does (`i` is the prefix's lower bound): found from the group numbers, without
+    /// a search, where the keys are grouped and `prefix` lies within their group
+    /// prefix. Then `i`'s group starts with `prefix` or no key does (`Some(i)`), and
+    /// its keys do up to the next group, whose prefix decides. `None` where that does
+    /// not tell (not grouped, a longer prefix, or every later key of the node starts
+    /// with `prefix`): the caller searches.
+    pub(super) fn prefix_end_from(&self, i: usize, prefix: &[u8]) -> Option<usize> {
+        let (n, run_at) = (self.len(), self.run_at as usize);
+        if !self.grouped() || prefix.len() > run_at || i >= n {
+            return None;
+        }
+        let group_prefix = |g: u8| &self.buf[usize::from(g) * run_at..][..prefix.len()];
+        let numbers = &self.buf[self.base() + 2 * H * n..][..n];
+        let g = numbers[i];
+        if group_prefix(g) != prefix {
+            return Some(i);
+        }
+        // A group's keys are consecutive, and the groups are numbered in key order.
+        let end = i + numbers[i..].iter().take_while(|&&x| x == g).count();
+        if end == n || group_prefix(numbers[end]) == prefix {
+            return None;
+        }
+        Some(end)
+    }
+
     /// The group number of key `i` (grouped arrays).
     #[inline]
     fn group_at(&self, i: usize) -> u8 {

@@ -191,6 +191,16 @@ impl<V> PMap<V> {
         }
     }
 
+    /// The entries whose key starts with `prefix`, in key order: the range from
+    /// `prefix` to its successor, whose end is often found without a second search
+    /// (an index's entries of one id, grouped in their leaf).
+    pub fn prefix(&self, prefix: &[u8]) -> Iter<'_, V> {
+        match self.root.as_deref() {
+            Some(root) => Iter::with_prefix(root, prefix),
+            None => Iter::empty(),
+        }
+    }
+
     /// The first entry.
     pub fn first(&self) -> Option<(KeyRef<'_>, &V)> {
         self.iter().next()

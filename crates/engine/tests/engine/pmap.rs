@@ -702,3 +702,58 @@ fn runs_of_keys_sharing_long_prefixes() {
     }
     check_same(&m, &model);
 }
+
+/// An index's keys (a node id, then an allocation id), grouped by node id in their
+/// leaves: a prefix scan of each node id, of ids between them, of shorter and longer
+/// prefixes, and of a node whose entries fill several leaves.
+#[test]
+fn prefix_scans_of_index_entries_grouped_by_node() {
+    let node = |i: u32| {
+        format!(
+            "{:08x}-2feb-6e95-28ef-e333b266f103\0\x01",
+            i.wrapping_mul(0x9E37_79B9)
+        )
+    };
+    let mut m = PMap::new();
+    let mut model = Model::new();
+    let mut v = 0;
+    for i in 0..400u32 {
+        // Node 7 has 300 allocations (several leaves), the others 1 to 12.
+        let allocs = if i == 7 { 300 } else { 1 + i % 12 };
+        for a in 0..allocs {
+            let k = format!(
+                "{}{:08x}-0000-0000-0000-000000000000\0\x01",
+                node(i),
+                a * 77
+            );
+            m.insert(k.as_bytes(), v);
+            model.insert(k.into_bytes(), v);
+            v += 1;
+        }
+    }
+    m.check_invariants().unwrap();
+    let mut probes: Vec<Vec<u8>> = Vec::new();
+    for i in 0..400u32 {
+        let n = node(i).into_bytes();
+        probes.push(n.clone());
+        // Shorter: the id without its terminator, or its first bytes.
+        probes.push(n[..n.len() - 2].to_vec());
+        probes.push(n[..4].to_vec());
+        // Longer than the group prefix: one allocation's key, and past it.
+        let first = model.range(n.clone()..).next().unwrap().0.clone();
+        probes.push(first.clone());
+        probes.push([first.as_slice(), b"x"].concat());
+        // Absent: just below and above the id.
+        let mut below = n.clone();
+        *below.last_mut().unwrap() = 0;
+        probes.push(below);
+        let mut above = n.clone();
+        *above.last_mut().unwrap() = 2;
+        probes.push(above);
+    }
+    probes.push(Vec::new());
+    probes.push(vec![0xFF]);
+    for p in &probes {
+        crate::pmap_check::check_prefix(&m, &model, p);
+    }
+}

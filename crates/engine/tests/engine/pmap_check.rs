@@ -78,6 +78,25 @@ pub fn check_range(
         .map(|(_, v)| *v)
         .collect();
     assert_eq!(values, want, "values of range {lo:?}..{hi:?}");
+    if let Bound::Included(p) = lo {
+        check_prefix(map, model, p);
+    }
+}
+
+/// `prefix(p)` yields exactly the model's entries whose key starts with `p`, from
+/// both ends.
+pub fn check_prefix(map: &PMap<u64>, model: &Model, p: &[u8]) {
+    let want: Vec<(Vec<u8>, u64)> = model
+        .iter()
+        .filter(|(k, _)| k.starts_with(p))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let got: Vec<(Vec<u8>, u64)> = map.prefix(p).map(|(k, v)| (k.to_vec(), *v)).collect();
+    assert_eq!(got, want, "prefix {p:?}");
+    let mut back: Vec<(Vec<u8>, u64)> =
+        map.prefix(p).rev().map(|(k, v)| (k.to_vec(), *v)).collect();
+    back.reverse();
+    assert_eq!(back, want, "prefix {p:?} from the back");
 }
 
 /// Everything observable of `map` equals `model`: its structure, length and entries in
