@@ -26,7 +26,7 @@ pub const DEFAULT_DATA_DIR: &str = "./schedstate-data";
 /// The two conflict, but not through clap's `conflicts_with`: clap counts a value
 /// from the environment as given, so `SCHEDSTATE_ADDR` would make every `--data` a
 /// usage error. [`reject_two_sources`] refuses both on the command line;
-/// [`SourceArgs::target`] lets `--data` win over the environment.
+/// `SourceArgs::target` lets `--data` win over the environment.
 #[derive(Debug, Clone, Args)]
 pub struct SourceArgs {
     /// The data directory (snapshot, log segments, lock file) [default:
