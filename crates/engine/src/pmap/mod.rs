@@ -181,9 +181,9 @@ impl<V> PMap<V> {
     /// `(Bound<&[u8]>, Bound<&[u8]>)` or `..`; the iterator borrows the map only. A
     /// range whose start lies after its end is empty (where `BTreeMap::range` panics).
     ///
-    /// A prefix scan is `range((Bound::Included(prefix), Bound::Unbounded))`, stopped at
-    /// the first key without the prefix: an unbounded end costs nothing until the
-    /// iterator is used from the back, a bounded one a second descent.
+    /// A bounded end is found in the leaf the range starts in when it ends there,
+    /// else with a second descent; an unbounded one costs nothing until the iterator
+    /// is used from the back. For a prefix scan, [`prefix`](Self::prefix).
     pub fn range<R: RangeBounds<[u8]>>(&self, range: R) -> Iter<'_, V> {
         match self.root.as_deref() {
             Some(root) => Iter::new(root, range.start_bound(), range.end_bound()),
