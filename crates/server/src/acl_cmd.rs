@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use schedstate::model::AclScope;
 use schedstate_agent::api::{AclTokenRequest, AclTokenView};
+use schedstate_cli::connect::read_token_file;
+use schedstate_cli::output::{CliError, err};
 
 use crate::operator_cmd::AgentArgs;
 use crate::remote::agent_error;
-use schedstate_cli::connect::read_token_file;
-use schedstate_cli::output::{CliError, err};
 
 /// `acl`.
 #[derive(Debug, Subcommand)]

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use clap::Args;
 use schedstate_agent::tls::{TlsFiles, TlsOptions};
 use schedstate_agent::{Agent, AgentConfig, ClusterKey, Limits, Peers};
-
 use schedstate_cli::output::{CliError, err};
 
 /// Arguments of `agent`.

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use schedstate::state::{Command, StateSnapshot, StateStore};
 use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
 use schedstate_agent::{Client, ClientTls};
+use schedstate_cli::output::{CliError, err};
+use schedstate_cli::sim::Backend;
 use tokio::runtime::Runtime;
 
 use crate::tls_cmd::CA_STEM;
-use schedstate_cli::output::{CliError, err};
-use schedstate_cli::sim::Backend;
 
 /// Every wait on the cluster (a leader, a restart): generous for a loaded machine.
 pub const PATIENCE: Duration = Duration::from_secs(60);

@@ -10,14 +10,14 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use schedstate_agent::{Client, ReadOptions};
-
-use crate::agents::{Agents, PATIENCE, Remote, ports};
 use schedstate_cli::catalog::{PLUGINS, WATCHED_PLUGIN};
 use schedstate_cli::demo::{DemoArgs, invocation, wake_line};
 use schedstate_cli::output::{CliError, emit, err, thousands};
 use schedstate_cli::sim::Cluster;
 use schedstate_cli::source::plugin_stubs;
 use schedstate_cli::status::plugin_table;
+
+use crate::agents::{Agents, PATIENCE, Remote, ports};
 
 /// Where the agents' directories go: beside the single-store demo's, never in it.
 fn cluster_dir(args: &DemoArgs) -> PathBuf {

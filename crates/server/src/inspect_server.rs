@@ -3,17 +3,16 @@
 //! agent runs — formatted as `inspect` formats an embedded store's.
 
 use schedstate::persist::SNAPSHOT_VERSION;
-use schedstate_raft::inspect::{
-    CommittedInfo, LogIdInfo, MembershipInfo, ServerDirReport, TableInfo,
-};
-use schedstate_raft::{RAFT_LOG_VERSION, RAFT_META_VERSION, RAFT_SNAPSHOT_VERSION, inspect_dir};
-use serde::Serialize;
-
 use schedstate_cli::inspect::{InspectArgs, VerifyJson, verify, verify_json};
 use schedstate_cli::output::{
     CliError, align_right, bytes, emit, emit_json, files_section, key_values, render, table,
     thousands,
 };
+use schedstate_raft::inspect::{
+    CommittedInfo, LogIdInfo, MembershipInfo, ServerDirReport, TableInfo,
+};
+use schedstate_raft::{RAFT_LOG_VERSION, RAFT_META_VERSION, RAFT_SNAPSHOT_VERSION, inspect_dir};
+use serde::Serialize;
 
 /// `inspect --json` of a server's directory: the fields every `inspect --json` has,
 /// then the server's own.

@@ -9,9 +9,9 @@ use schedstate_agent::Client;
 
 use schedstate_agent::api::{PeerChange, PeerChangeDone};
 use schedstate_cli::connect::Credentials;
+use schedstate_cli::output::{CliError, err};
 
 use crate::remote::agent_error;
-use schedstate_cli::output::{CliError, err};
 
 /// `operator`.
 #[derive(Debug, Subcommand)]

@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use schedstate_agent::certs::{Ca, CertKind, write_pem_files};
 use schedstate_agent::tls::DEFAULT_REGION;
-
 use schedstate_cli::output::{CliError, err};
 
 /// The CA's file name stem.

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command as Process, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::agents::terminate;
 use schedstate_cli::output::{CliError, err};
+
+use crate::agents::terminate;
 
 /// How long an agent may take to print its address.
 const START: Duration = Duration::from_secs(60);

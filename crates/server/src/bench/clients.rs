@@ -19,12 +19,12 @@ use clap::Args;
 use schedstate::model::{Id, Node, NodeStatus};
 use schedstate::state::Command;
 use schedstate_agent::Client;
+use schedstate_cli::output::{CliError, err};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::agent_process::AgentProcess;
 use super::long_poll::{self, Answer, PollError};
 use super::report::{Percentiles, RunReport};
-use schedstate_cli::output::{CliError, err};
 
 /// The most clients one run opens (the open-file limits of the tool and the agent,
 /// one descriptor each per client, are 20,000 on the machines this was built for).

@@ -14,9 +14,9 @@ mod long_poll;
 mod report;
 
 use clap::Subcommand;
+use schedstate_cli::output::{CliError, err};
 
 use report::Report;
-use schedstate_cli::output::{CliError, err};
 
 /// `bench` subcommands.
 #[derive(Debug, Subcommand)]
