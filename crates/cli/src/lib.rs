@@ -41,7 +41,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use handoff::Handoff;
 use output::CliError;
@@ -53,6 +53,38 @@ pub struct DataDir {
     /// The data directory (snapshot, log segments, lock file).
     #[arg(long = "data", value_name = "DIR", default_value = "./schedstate-data")]
     pub dir: PathBuf,
+}
+
+/// `schedstate`'s command line: the store's commands, and the server's passed
+/// through to `schedstate-server` (whose tests check that both binaries list the
+/// same commands with the same summaries).
+#[derive(Debug, Parser)]
+#[command(name = "schedstate", version, about, long_about = None)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Top,
+}
+
+/// `schedstate`'s commands.
+#[derive(Debug, Subcommand)]
+pub enum Top {
+    /// Run here.
+    #[command(flatten)]
+    Store(StoreCommand),
+    /// Handed to `schedstate-server`.
+    #[command(flatten)]
+    Server(ServerCommand),
+}
+
+/// The process's command line parsed as `C`, or clap's usage error (exit code 2),
+/// also for `--data` and `--address` given together (see
+/// [`source::reject_two_sources`]).
+pub fn parse_args<C: CommandFactory + FromArgMatches>() -> C {
+    let mut command = C::command();
+    let matches = command.get_matches_mut();
+    source::reject_two_sources(&mut command, &matches);
+    C::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// The commands this crate runs (some hand their server cases to [`ServerHalf`]).

@@ -3,8 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use schedstate_cli::{Handoff, ServerCommand, StoreCommand};
+use schedstate_cli::{Cli, Handoff, Top};
 
 /// The binary's allocator: the demo's writes copy and free paths of kilobyte tree
 /// nodes; mimalloc's per-thread free lists are cheaper there than glibc's
@@ -14,28 +13,8 @@ use schedstate_cli::{Handoff, ServerCommand, StoreCommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// An embedded MVCC state store for cluster schedulers: a demo, tools to look inside a
-/// data directory, and a replicated server.
-#[derive(Debug, Parser)]
-#[command(name = "schedstate", version, about, long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    command: Top,
-}
-
-#[derive(Debug, Subcommand)]
-enum Top {
-    #[command(flatten)]
-    Store(StoreCommand),
-    #[command(flatten)]
-    Server(ServerCommand),
-}
-
 fn main() -> ExitCode {
-    let mut command = Cli::command();
-    let matches = command.get_matches_mut();
-    schedstate_cli::source::reject_two_sources(&mut command, &matches);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli: Cli = schedstate_cli::parse_args();
     schedstate_cli::exit_code(match cli.command {
         Top::Store(command) => schedstate_cli::run(command, &Handoff),
         Top::Server(_) => Err(Handoff.exec()),
@@ -44,6 +23,8 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
     #[test]

@@ -21,7 +21,7 @@ mod tls_cmd;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use schedstate_cli::connect::Credentials;
 use schedstate_cli::demo::DemoArgs;
 use schedstate_cli::inspect::InspectArgs;
@@ -114,15 +114,13 @@ fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
-    let mut command = Cli::command();
-    let matches = command.get_matches_mut();
-    schedstate_cli::source::reject_two_sources(&mut command, &matches);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    schedstate_cli::exit_code(run(cli))
+    schedstate_cli::exit_code(run(schedstate_cli::parse_args()))
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
     #[test]
@@ -134,19 +132,6 @@ mod tests {
     /// here, and both binaries know the same commands.
     #[test]
     fn both_binaries_list_the_same_commands_with_the_same_summaries() {
-        #[derive(Debug, Parser)]
-        #[command(name = "schedstate")]
-        struct Light {
-            #[command(subcommand)]
-            command: LightTop,
-        }
-        #[derive(Debug, Subcommand)]
-        enum LightTop {
-            #[command(flatten)]
-            Store(StoreCommand),
-            #[command(flatten)]
-            Server(schedstate_cli::ServerCommand),
-        }
         let summaries = |c: clap::Command| -> Vec<(String, String)> {
             c.get_subcommands()
                 .map(|s| {
@@ -155,7 +140,7 @@ mod tests {
                 })
                 .collect()
         };
-        let mut light = summaries(Light::command());
+        let mut light = summaries(schedstate_cli::Cli::command());
         let mut full = summaries(Cli::command());
         light.sort();
         full.sort();
