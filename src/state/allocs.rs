@@ -1,6 +1,7 @@
 //! Allocation writes: upsert (server-terminal allocs take their plugin instances with
 //! them) and delete (garbage collection).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::engine::Key;
@@ -14,37 +15,58 @@ use super::tables::job_key;
 use super::writer::Writer;
 
 /// Inserts or replaces allocations (docs/rules.md §4.4).
+///
+/// In three steps, which give what the allocations written one after the other
+/// would: each row is made (its create index, its shared ids, its job's checks and
+/// expectations, against the stored row or an earlier one of this command with the
+/// same id); then all go in as one batch (`WriteTxn::insert_many`: each map of the
+/// table takes its keys sorted, in one walk down its tree); then the server-terminal
+/// ones take their plugin instances with them, in order. Nothing in the first step
+/// reads the plugin instances the last one removes, and nothing in the last reads
+/// the allocations the batch writes but their instance index.
 pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<()> {
     // An empty id is an input rule (`input.rs`).
     let jobs = any_jobs(w);
     let mut shared = (allocs.len() > 1).then(AllocIds::default);
+    let mut rows: Vec<Arc<Allocation>> = Vec::with_capacity(allocs.len());
+    // The rows of this command by id, for an id given twice: the later row replaces
+    // the earlier as it would the stored one.
+    let mut earlier: HashMap<Id, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(allocs.len(), Default::default());
+    let mut server_terminal = Vec::new();
     for mut alloc in allocs {
-        // Borrowed: only the create index and the ids to share are needed.
-        let existing = w.txn.view().get_value(w.t.allocs, &Key::str(&alloc.id));
-        alloc.create_index = existing.map_or(w.index, |a| a.create_index);
-        share_ids(w, &mut alloc, existing, shared.as_mut());
+        let before_in_command = earlier.get(&alloc.id).map(|&i| Arc::clone(&rows[i]));
+        {
+            // Borrowed: only the create index and the ids to share are needed.
+            let view = w.txn.view();
+            let existing = match &before_in_command {
+                Some(row) => Some(&**row),
+                None => view.get_value(w.t.allocs, &Key::str(&alloc.id)),
+            };
+            alloc.create_index = existing.map_or(w.index, |a| a.create_index);
+            share_ids(w, &mut alloc, existing, shared.as_mut());
+        }
         alloc.modify_index = w.index;
-        let server_terminal = alloc.server_terminal();
         let alloc = Arc::new(alloc);
-        let before = if jobs {
-            let before = w.view().alloc(&alloc.id);
-            check_alloc_job(w, before.as_deref(), &alloc)?;
-            before
-        } else {
-            None
-        };
-        w.txn.insert(w.t.allocs, Arc::clone(&alloc))?;
         if jobs {
+            let before = before_in_command.or_else(|| w.view().alloc(&alloc.id));
+            check_alloc_job(w, before.as_deref(), &alloc)?;
             alloc_changed(w, before.as_deref(), Some(&alloc));
         }
-        if server_terminal {
-            // Exactly the instances this alloc ran on its node: a newer instance of the
-            // same plugin on the same node (another alloc id) stays. Reads see this
-            // command's earlier removals, so several stopped allocs all take effect.
-            for inst in w.instances_of_alloc(&alloc.id) {
-                if inst.node_id == alloc.node_id {
-                    w.remove_entry(inst.kind, &inst.plugin_id, &inst.node_id)?;
-                }
+        if alloc.server_terminal() {
+            server_terminal.push(Arc::clone(&alloc));
+        }
+        earlier.insert(alloc.id.clone(), rows.len());
+        rows.push(alloc);
+    }
+    w.txn.insert_many(w.t.allocs, rows)?;
+    for alloc in server_terminal {
+        // Exactly the instances this alloc ran on its node: a newer instance of the
+        // same plugin on the same node (another alloc id) stays. Reads see this
+        // command's earlier removals, so several stopped allocs all take effect.
+        for inst in w.instances_of_alloc(&alloc.id)? {
+            if inst.node_id == alloc.node_id {
+                w.remove_entry(inst.kind, &inst.plugin_id, &inst.node_id)?;
             }
         }
     }

@@ -8,6 +8,7 @@
 //! ever being stored, and a plugin that did not change from being rewritten.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::engine::{Key, WriteTxn};
@@ -70,6 +71,10 @@ pub(crate) struct Writer {
     plugins: BTreeMap<Id, PluginEdit>,
     /// The instance rows as they were before this command first wrote them, by key.
     instance_originals: BTreeMap<Key, Option<Arc<PluginInstance>>>,
+    /// Instance rows written (`None`: deleted) and not yet in the transaction: they go
+    /// in together when the command flushes (`WriteTxn::insert_many`, one walk down
+    /// each map of the table instead of one per row). Reads of instances see them.
+    pending_instances: BTreeMap<Key, Option<Arc<PluginInstance>>>,
 }
 
 impl Writer {
@@ -81,12 +86,17 @@ impl Writer {
             index,
             plugins: BTreeMap::new(),
             instance_originals: BTreeMap::new(),
+            pending_instances: BTreeMap::new(),
         }
     }
 
     /// Ends the command: the transaction, to go on with (plugin edits must have been
     /// flushed; every command does so at its end).
     pub(crate) fn into_txn(self) -> WriteTxn {
+        debug_assert!(
+            self.pending_instances.is_empty(),
+            "a command ended without flushing"
+        );
         self.txn
     }
 
@@ -230,18 +240,26 @@ impl Writer {
                 stored
             }
         };
-        match row {
-            None => {
-                self.txn.delete(self.t.instances, &key)?;
-            }
-            Some(row) => {
-                let row = match original {
-                    Some(o) if *o == row => o,
-                    _ => Arc::new(row),
-                };
-                self.txn.insert(self.t.instances, row)?;
+        let row = row.map(|row| match original {
+            Some(o) if *o == row => o,
+            _ => Arc::new(row),
+        });
+        self.pending_instances.insert(key, row);
+        Ok(())
+    }
+
+    /// Puts the pending instance writes in the transaction.
+    fn flush_instances(&mut self) -> Result<()> {
+        let mut rows = Vec::new();
+        for (key, row) in std::mem::take(&mut self.pending_instances) {
+            match row {
+                Some(row) => rows.push(row),
+                None => {
+                    self.txn.delete(self.t.instances, &key)?;
+                }
             }
         }
+        self.txn.insert_many(self.t.instances, rows)?;
         Ok(())
     }
 
@@ -269,21 +287,52 @@ impl Writer {
 
     /// The instance rows on `node_id`.
     pub(crate) fn instances_on_node(&self, node_id: &str) -> Vec<Arc<PluginInstance>> {
-        self.txn
-            .view()
-            .prefix(self.t.instances, Key::str(node_id).as_bytes())
-            .collect()
+        let prefix = Key::str(node_id);
+        let view = self.txn.view();
+        let stored = view.prefix(self.t.instances, prefix.as_bytes());
+        let mut pending = self
+            .pending_instances
+            .range::<[u8], _>((Bound::Included(prefix.as_bytes()), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix.as_bytes()))
+            .peekable();
+        if pending.peek().is_none() {
+            return stored.collect();
+        }
+        // The stored rows with this command's pending writes over them, in key order.
+        let mut rows: BTreeMap<Key, Arc<PluginInstance>> = stored
+            .map(|row| {
+                (
+                    PluginInstance::key(&row.node_id, row.kind, &row.plugin_id),
+                    row,
+                )
+            })
+            .collect();
+        for (key, row) in pending {
+            match row {
+                Some(row) => rows.insert(key.clone(), Arc::clone(row)),
+                None => rows.remove(key),
+            };
+        }
+        rows.into_values().collect()
     }
 
     /// The instance rows naming `alloc_id`.
-    pub(crate) fn instances_of_alloc(&self, alloc_id: &str) -> Vec<Arc<PluginInstance>> {
+    pub(crate) fn instances_of_alloc(
+        &mut self,
+        alloc_id: &str,
+    ) -> Result<Vec<Arc<PluginInstance>>> {
         if alloc_id.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        self.txn
+        // Read through the index: the pending writes go in first.
+        if !self.pending_instances.is_empty() {
+            self.flush_instances()?;
+        }
+        Ok(self
+            .txn
             .view()
             .index_eq(self.t.instances_by_alloc, &Key::str(alloc_id))
-            .collect()
+            .collect())
     }
 
     /// What job (`namespace`, `job_id`) expects of plugin `plugin_id` as this command
@@ -327,6 +376,7 @@ impl Writer {
 
     /// Writes every plugin the command changed: deleted if empty, stored otherwise.
     pub(crate) fn flush_plugins(&mut self) -> Result<()> {
+        self.flush_instances()?;
         let edits = std::mem::take(&mut self.plugins);
         for (id, edit) in edits {
             if edit.plugin.is_empty() {

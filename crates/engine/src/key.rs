@@ -144,6 +144,21 @@ impl Key {
         }
     }
 
+    /// Appends the encoded bytes of `other` (an index key followed by a primary key):
+    /// in place when the whole fits inline.
+    pub(crate) fn append(&mut self, other: &[u8]) {
+        if let Repr::Inline { len, bytes } = &mut self.0 {
+            let at = usize::from(*len);
+            if at + other.len() <= INLINE {
+                bytes[at..at + other.len()].copy_from_slice(other);
+                // INLINE < 256, so the length fits a byte.
+                *len = (at + other.len()) as u8;
+                return;
+            }
+        }
+        *self = Key::builder().key(self.as_bytes()).key(other).build();
+    }
+
     /// Whether this key begins with the bytes of `prefix`.
     pub fn starts_with(&self, prefix: &[u8]) -> bool {
         self.as_bytes().starts_with(prefix)
@@ -305,6 +320,19 @@ pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<SmallVec<[u8; INLINE]>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn append_gives_the_builders_key_inline_or_not() {
+        for (a, b) in [
+            ("", "x"),
+            ("node", "alloc"),
+            (&*"x".repeat(40), &*"y".repeat(40)),
+        ] {
+            let mut k = Key::str(a);
+            k.append(Key::str(b).as_bytes());
+            assert_eq!(k, Key::builder().str(a).str(b).build(), "{a:?} {b:?}");
+        }
+    }
 
     #[test]
     fn a_one_string_key_is_the_builders() {

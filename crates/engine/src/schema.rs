@@ -110,8 +110,9 @@ impl Schema {
         V: Any + Send + Sync,
         F: Fn(&V) -> Option<Key> + Send + Sync + 'static,
     {
-        self.multi_index(table, name, unique, move |row: &V| {
-            key(row).into_iter().collect()
+        // Straight into the caller's list: no list of its own per row.
+        self.add_index(table, name, unique, move |row: &V, out: &mut Vec<Key>| {
+            out.extend(key(row));
         })
     }
 
@@ -128,6 +129,23 @@ impl Schema {
         V: Any + Send + Sync,
         F: Fn(&V) -> Vec<Key> + Send + Sync + 'static,
     {
+        self.add_index(table, name, unique, move |row: &V, out: &mut Vec<Key>| {
+            out.extend(keys(row));
+        })
+    }
+
+    /// Declares an index whose function appends a row's keys to a list.
+    fn add_index<V, F>(
+        &mut self,
+        table: Table<V>,
+        name: &str,
+        unique: bool,
+        keys: F,
+    ) -> Result<Index<V>>
+    where
+        V: Any + Send + Sync,
+        F: Fn(&V, &mut Vec<Key>) + Send + Sync + 'static,
+    {
         let def = self
             .tables
             .get_mut(table.id)
@@ -140,7 +158,7 @@ impl Schema {
         }
         let keys: IndexFn = Arc::new(move |row, out| {
             if let Some(row) = row.downcast_ref::<V>() {
-                out.extend(keys(row));
+                keys(row, out);
             }
         });
         def.indexes.push(IndexDef {
@@ -187,11 +205,20 @@ impl TableDef {
                 if !index.unique
                     && let Some(pk) = (self.primary)(&**row)
                 {
-                    for k in &mut out[start..] {
-                        *k = Key::builder().key(k).key(&pk).build();
-                    }
+                    suffix_keys(&mut out[start..], &pk);
                 }
             }
+        }
+    }
+
+    /// [`map_keys`](Self::map_keys) of index map `map` (not 0) for a row whose
+    /// primary key `pk` the caller has already.
+    pub(crate) fn index_keys(&self, map: usize, row: &Row, pk: &Key, out: &mut Vec<Key>) {
+        let index = &self.indexes[map - 1];
+        let start = out.len();
+        (index.keys)(&**row, out);
+        if !index.unique {
+            suffix_keys(&mut out[start..], pk);
         }
     }
 }
@@ -240,5 +267,13 @@ impl<V> std::fmt::Debug for Table<V> {
 impl<V> std::fmt::Debug for Index<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Index(#{}.{})", self.table, self.map)
+    }
+}
+
+/// Appends the primary key to each key of a non-unique index, so two rows never share
+/// an entry.
+fn suffix_keys(keys: &mut [Key], pk: &Key) {
+    for k in keys {
+        k.append(pk);
     }
 }

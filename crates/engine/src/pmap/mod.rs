@@ -77,6 +77,7 @@
 //! O(log n): three levels at 100,000 keys.
 
 mod batch;
+mod insert_sorted;
 mod iter;
 mod key_ref;
 mod keys;

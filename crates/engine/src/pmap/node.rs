@@ -105,7 +105,7 @@ pub(super) fn locate<V>(mut node: &Node<V>, key: &[u8], path: &mut Path) -> Resu
 }
 
 /// The leaf `node` is, owned by this tree alone: a shared one is copied first.
-fn leaf_mut<V: Clone>(node: &mut Arc<Node<V>>) -> &mut Leaf<V> {
+pub(super) fn leaf_mut<V: Clone>(node: &mut Arc<Node<V>>) -> &mut Leaf<V> {
     match Arc::make_mut(node) {
         Node::Leaf(l) => l,
         Node::Inner(_) => unreachable!("PMap: the path ends above the leaves"),
@@ -113,7 +113,7 @@ fn leaf_mut<V: Clone>(node: &mut Arc<Node<V>>) -> &mut Leaf<V> {
 }
 
 /// The leaf `node` is, if this tree owns it alone; `None` if it is shared.
-fn unique_leaf<V>(node: &mut Arc<Node<V>>) -> Option<&mut Leaf<V>> {
+pub(super) fn unique_leaf<V>(node: &mut Arc<Node<V>>) -> Option<&mut Leaf<V>> {
     match Arc::get_mut(node)? {
         Node::Leaf(l) => Some(l),
         Node::Inner(_) => unreachable!("PMap: the path ends above the leaves"),
@@ -121,7 +121,7 @@ fn unique_leaf<V>(node: &mut Arc<Node<V>>) -> Option<&mut Leaf<V>> {
 }
 
 /// The leaf `node` is (shared or not).
-fn leaf<V>(node: &Node<V>) -> &Leaf<V> {
+pub(super) fn leaf<V>(node: &Node<V>) -> &Leaf<V> {
     match node {
         Node::Leaf(l) => l,
         Node::Inner(_) => unreachable!("PMap: the path ends above the leaves"),
@@ -130,7 +130,7 @@ fn leaf<V>(node: &Node<V>) -> &Leaf<V> {
 
 /// The inner node `node` is, owned by this tree alone (a shared one is copied: its
 /// keys and one reference count per child).
-fn inner_mut<V: Clone>(node: &mut Arc<Node<V>>) -> &mut Inner<V> {
+pub(super) fn inner_mut<V: Clone>(node: &mut Arc<Node<V>>) -> &mut Inner<V> {
     match Arc::make_mut(node) {
         Node::Inner(n) => n,
         Node::Leaf(_) => unreachable!("PMap: the path goes below the leaves"),

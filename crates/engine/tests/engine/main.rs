@@ -6,6 +6,7 @@ mod blocking;
 mod bulk;
 mod concurrency;
 mod delete_index;
+mod insert_many;
 mod model;
 mod pmap;
 mod pmap_check;

@@ -1,7 +1,7 @@
 //! `PMap`, the persistent B+tree, against `BTreeMap<Vec<u8>, u64>`: a property test of
-//! random operation sequences (single and bulk inserts and removes, gets, ranges read
-//! from both ends, bulk rebuilds) with retained clones that must keep their contents,
-//! and unit tests of edge cases.
+//! random operation sequences (single, bulk and sorted-batch inserts, removes, gets,
+//! ranges read from both ends, bulk rebuilds) with retained clones that must keep their
+//! contents, and unit tests of edge cases.
 //!
 //! 64 cases by default; `PROPTEST_CASES=1000 cargo test -p schedstate-engine --test
 //! engine pmap` runs more.
@@ -76,6 +76,15 @@ enum Op {
         stride: u32,
         order: Order,
     },
+    /// Inserts the keys, sorted and deduplicated, as one batch (`insert_sorted`).
+    InsertSorted(Vec<Vec<u8>>),
+    /// Inserts the same family of keys as `InsertMany`, as one sorted batch.
+    InsertManySorted {
+        prefix: usize,
+        start: u32,
+        count: u32,
+        stride: u32,
+    },
     /// Removes every key within the bounds (one by one).
     RemoveRange(Bound<Vec<u8>>, Bound<Vec<u8>>),
     /// Replaces the map by one built from its entries (`FromIterator`).
@@ -140,6 +149,10 @@ fn op() -> impl Strategy<Value = Op> {
         2 => many().prop_map(|(prefix, start, count, stride, order)| Op::RemoveMany {
             prefix, start, count, stride, order
         }),
+        3 => vec(key(), 0..150).prop_map(Op::InsertSorted),
+        3 => many().prop_map(|(prefix, start, count, stride, _)| Op::InsertManySorted {
+            prefix, start, count, stride
+        }),
         2 => (bound(), bound()).prop_map(|(lo, hi)| Op::RemoveRange(lo, hi)),
         1 => Just(Op::Rebuild),
         3 => Just(Op::Snapshot),
@@ -183,6 +196,25 @@ impl Run {
         );
     }
 
+    /// One batch: the map's count of new keys and every value as the model's.
+    fn insert_sorted(&mut self, mut keys: Vec<Vec<u8>>) {
+        keys.sort();
+        keys.dedup();
+        let entries: Vec<(Vec<u8>, u64)> = keys
+            .into_iter()
+            .map(|k| {
+                self.next_value += 1;
+                (k, self.next_value)
+            })
+            .collect();
+        let new = entries
+            .iter()
+            .filter(|(k, _)| !self.model.contains_key(k))
+            .count();
+        self.model.extend(entries.iter().cloned());
+        assert_eq!(self.map.insert_sorted(entries), new, "keys added");
+    }
+
     fn remove(&mut self, k: &[u8]) {
         assert_eq!(self.map.remove(k), self.model.remove(k), "remove {k:?}");
     }
@@ -214,6 +246,15 @@ impl Run {
                 for k in many_keys(prefix, start, count, stride, order) {
                     self.remove(&k);
                 }
+            }
+            Op::InsertSorted(keys) => self.insert_sorted(keys.clone()),
+            &Op::InsertManySorted {
+                prefix,
+                start,
+                count,
+                stride,
+            } => {
+                self.insert_sorted(many_keys(prefix, start, count, stride, Order::Ascending));
             }
             Op::RemoveRange(lo, hi) => {
                 let doomed: Vec<Vec<u8>> = self

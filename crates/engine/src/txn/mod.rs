@@ -1,6 +1,8 @@
 //! Write transactions: one at a time, on a private copy of the root, published whole
 //! on commit or dropped without a trace.
 
+mod insert_many;
+
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,157 @@
+//! [`WriteTxn::insert_many`]: many rows of one table inserted as one batch.
+//!
+//! A command that writes thousands of rows (an allocation update of a whole batch of
+//! nodes) inserted each into every map of its table from the root down: a search per
+//! map per row, and a leaf shifted per key. Here the rows' keys are gathered per map,
+//! sorted, and put in with [`PMap::insert_sorted`](crate::PMap::insert_sorted), which
+//! visits each node once per batch; the rows they replace are looked up together
+//! ([`PMap::get_many`](crate::PMap::get_many)). What the transaction holds after,
+//! and what it records, is what a loop of [`WriteTxn::insert`] would give.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use super::WriteTxn;
+use crate::schema::{Row, Table, TableDef};
+use crate::view::downcast;
+use crate::{Key, Result};
+
+impl WriteTxn {
+    /// Inserts or replaces each of `rows` in order, maintaining every index, as a loop
+    /// of [`insert`](Self::insert) would, and returns what each replaced: `out[i]` is
+    /// the row with `rows[i]`'s primary key just before `rows[i]` went in (an earlier
+    /// row of the batch, for a key given twice).
+    ///
+    /// In a table without unique indexes the rows go in as one batch: each map of the
+    /// table takes its keys sorted, in one walk down its tree. With a unique index the
+    /// rows are inserted one by one, each checked against the ones before it.
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert): the first row refused stops the batch, with the rows
+    /// before it inserted and nothing of it or after it.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use schedstate_engine::{Db, Key, Schema};
+    ///
+    /// let mut schema = Schema::new();
+    /// let t = schema.table("t", |r: &(String, u32)| Key::str(&r.0)).unwrap();
+    /// let db = Db::new(schema);
+    /// let mut txn = db.begin_write(1).unwrap();
+    /// let rows = ["b", "a", "b"].iter().zip(1..).map(|(k, n)| Arc::new((k.to_string(), n)));
+    /// let replaced = txn.insert_many(t, rows.collect()).unwrap();
+    /// assert_eq!(replaced.iter().map(|r| r.as_ref().map(|r| r.1)).collect::<Vec<_>>(),
+    ///            [None, None, Some(1)]);
+    /// assert_eq!(txn.view().get(t, &Key::str("b")).unwrap().1, 3);
+    /// ```
+    pub fn insert_many<V: Any + Send + Sync>(
+        &mut self,
+        table: Table<V>,
+        rows: Vec<Arc<V>>,
+    ) -> Result<Vec<Option<Arc<V>>>> {
+        let schema = self.table_def(table.schema, table.id)?;
+        let def: &TableDef = &schema.tables[table.id];
+        if rows.len() < 2 || def.indexes.iter().any(|i| i.unique) {
+            return rows.into_iter().map(|r| self.insert(table, r)).collect();
+        }
+        let mut rows: Vec<Row> = rows.into_iter().map(|r| r as Row).collect();
+        let mut pks = Vec::with_capacity(rows.len());
+        let mut refused = None;
+        for row in &rows {
+            match def.primary_key(row) {
+                Ok(pk) => pks.push(pk),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        // The rows before the one refused go in; it and those after do not.
+        rows.truncate(pks.len());
+        let replaced = self.insert_batch(table.id, def, &pks, &rows);
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(replaced
+                .iter()
+                .map(|r| r.as_ref().and_then(downcast))
+                .collect()),
+        }
+    }
+
+    /// The batch itself: `rows[i]` has primary key `pks[i]`; returns what each replaced.
+    fn insert_batch(
+        &mut self,
+        table: usize,
+        def: &TableDef,
+        pks: &[Key],
+        rows: &[Row],
+    ) -> Vec<Option<Row>> {
+        // The rows by key, each key's rows in their order: the last one stays.
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by(|&a, &b| pks[a].cmp(&pks[b]));
+        let groups: Vec<&[usize]> = order.chunk_by(|&a, &b| pks[a] == pks[b]).collect();
+        let data = &self.root.tables[table];
+        let mut stored = Vec::with_capacity(groups.len());
+        let firsts: Vec<&[u8]> = groups.iter().map(|g| pks[g[0]].as_bytes()).collect();
+        data.maps[0].get_many(&firsts, &mut stored);
+        let olds: Vec<Option<Row>> = stored.iter().map(|r| r.cloned()).collect();
+        drop(stored);
+
+        // What each row replaced, and the change records, as one insert after the other
+        // would make them (a row put over itself is no change).
+        let mut replaced: Vec<Option<Row>> = vec![None; rows.len()];
+        for (group, old) in groups.iter().zip(&olds) {
+            let mut now = old.clone();
+            for &i in *group {
+                replaced[i].clone_from(&now);
+                if now.as_ref().is_some_and(|n| Arc::ptr_eq(n, &rows[i])) {
+                    continue;
+                }
+                self.record(
+                    table,
+                    pks[i].clone(),
+                    now.clone(),
+                    Some(Arc::clone(&rows[i])),
+                );
+                now = Some(Arc::clone(&rows[i]));
+            }
+        }
+
+        // The keys whose row changes: the last row of each, over the stored one.
+        let mut changed: Vec<(usize, Option<&Row>)> = Vec::with_capacity(groups.len());
+        for (group, old) in groups.iter().zip(&olds) {
+            let last = *group.last().expect("a group has a row");
+            if !old.as_ref().is_some_and(|o| Arc::ptr_eq(o, &rows[last])) {
+                changed.push((last, old.as_ref()));
+            }
+        }
+        let maps = &mut self.root.tables[table].maps;
+        let (mut old_keys, mut new_keys) = (Vec::new(), Vec::new());
+        for (m, map) in maps.iter_mut().enumerate().skip(1) {
+            let mut entries: Vec<(Key, Row)> = Vec::with_capacity(changed.len());
+            for &(i, old) in &changed {
+                new_keys.clear();
+                def.index_keys(m, &rows[i], &pks[i], &mut new_keys);
+                if let Some(old) = old {
+                    old_keys.clear();
+                    def.index_keys(m, old, &pks[i], &mut old_keys);
+                    for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
+                        map.remove(k);
+                    }
+                }
+                entries.extend(new_keys.drain(..).map(|k| (k, Arc::clone(&rows[i]))));
+            }
+            // Keys of different rows differ (a non-unique index ends its keys with the
+            // primary key); a row listing one key twice gives it once.
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            entries.dedup_by(|a, b| a.0 == b.0);
+            map.insert_sorted(entries);
+        }
+        let primary: Vec<(&Key, Row)> = changed
+            .iter()
+            .map(|&(i, _)| (&pks[i], Arc::clone(&rows[i])))
+            .collect();
+        maps[0].insert_sorted(primary);
+        replaced
+    }
+}
