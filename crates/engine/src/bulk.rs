@@ -12,6 +12,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::key_order::{common_prefix, head};
 use super::pmap::PMap;
 use super::schema::{Row, Table, TableDef};
 use super::txn::WriteTxn;
@@ -219,18 +220,4 @@ struct Entry {
     start: usize,
     end: usize,
     row: usize,
-}
-
-/// The first eight bytes of `s` as a big-endian integer, zero padded. Two keys
-/// with different heads compare as their heads (padding only makes a shorter key
-/// smaller or equal); equal heads say nothing, and the keys are compared.
-fn head(s: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = s.len().min(8);
-    b[..n].copy_from_slice(&s[..n]);
-    u64::from_be_bytes(b)
-}
-
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -17,6 +17,7 @@ mod database;
 mod error;
 mod intervals;
 mod key;
+mod key_order;
 mod pmap;
 mod prefetch;
 mod reclaim;

@@ -117,7 +117,8 @@ fn into_leaf<V: Clone, K: AsRef<[u8]>>(
         Some(vals) => vals.next().expect("PMap: a value per key"),
         None => old.vals[i].clone(),
     };
-    let mut merged: SmallVec<[KeyRef<'_>; 128]> = SmallVec::with_capacity(n_old + keys.len());
+    // The new keys' places among the old, and the merged values.
+    let mut inserts: SmallVec<[(usize, &[u8]); 16]> = SmallVec::with_capacity(keys.len());
     let mut merged_vals = Vec::with_capacity(n_old + keys.len());
     let mut i = 0;
     for key in keys {
@@ -125,30 +126,55 @@ fn into_leaf<V: Clone, K: AsRef<[u8]>>(
         let pos = old.keys.search(key);
         let (Ok(at) | Err(at)) = pos;
         while i < at {
-            merged.push(old.keys.key(i));
             merged_vals.push(old_val(i));
             i += 1;
         }
-        merged.push(KeyRef::from(key));
         merged_vals.push(vals.next().expect("PMap: a value per key"));
         if pos.is_ok() {
             drop(old_val(i));
             i += 1;
         } else {
-            *added += 1;
+            inserts.push((at, key));
         }
     }
     while i < n_old {
-        merged.push(old.keys.key(i));
         merged_vals.push(old_val(i));
         i += 1;
+    }
+    *added += inserts.len();
+    let n = merged_vals.len();
+    // One leaf: the old key array with the new keys spliced in, where they fit it.
+    if n <= LEAF_MAX {
+        let spliced = if inserts.is_empty() {
+            Some(old.keys.clone())
+        } else {
+            old.keys.with_inserted_many(&inserts)
+        };
+        if let Some(keys) = spliced {
+            *node = Arc::new(Node::Leaf(Leaf {
+                keys,
+                vals: merged_vals,
+            }));
+            return siblings;
+        }
+    }
+    // Else the merged keys, built into as many leaves as they fill.
+    let mut merged: SmallVec<[KeyRef<'_>; 128]> = SmallVec::with_capacity(n);
+    let mut new_keys = inserts.iter().peekable();
+    for i in 0..=n_old {
+        while let Some(&(_, key)) = new_keys.next_if(|(at, _)| *at == i) {
+            merged.push(KeyRef::from(key));
+        }
+        if i < n_old {
+            merged.push(old.keys.key(i));
+        }
     }
     // Every leaf is built before the node is replaced: the merged keys borrow it.
     let mut merged_vals = merged_vals.into_iter();
     let mut seps: SmallVec<[Vec<u8>; 2]> = SmallVec::new();
     let mut leaves: SmallVec<[Leaf<V>; 2]> = SmallVec::new();
     let mut start = 0;
-    for size in fill_sizes(merged.len(), LEAF_MAX, LEAF_FILL) {
+    for size in fill_sizes(n, LEAF_MAX, LEAF_FILL) {
         let ks = &merged[start..start + size];
         if start > 0 {
             seps.push(separator(merged[start - 1], ks[0]));

@@ -127,3 +127,86 @@ fn a_key_before_every_group_becomes_the_first_prefix() {
     model.push(last);
     same(&keys, &model);
 }
+
+/// The keys a batch adds next to one key.
+type NewKeys = dyn Fn(&[u8]) -> Vec<Vec<u8>>;
+
+/// `with_inserted_many` against the keys it should hold, for batches that fit in
+/// place and batches that need a rebuild (`None`, then checked through
+/// `from_sorted`), in grouped, run and plain arrays.
+#[test]
+fn several_inserts_at_once_keep_every_layout_searchable() {
+    let mut plain: Vec<Vec<u8>> = (0..30u32)
+        .map(|i| (i * 1000 + 7).to_be_bytes().to_vec())
+        .collect();
+    plain.push(vec![0xFF, 0, 0]);
+    let layouts = [index_keys(4, 8), index_keys(40, 1), plain];
+    let batches: [&NewKeys; 6] = [
+        // Next to existing keys (same groups, same runs).
+        &|k| {
+            let mut a = k.to_vec();
+            *a.last_mut().unwrap() = a.last().unwrap().wrapping_add(1);
+            vec![a]
+        },
+        &|k| {
+            let mut a = k.to_vec();
+            *a.last_mut().unwrap() ^= 1;
+            vec![a]
+        },
+        // Two side by side.
+        &|k| {
+            let mut a = k.to_vec();
+            let mut b = k.to_vec();
+            *a.last_mut().unwrap() = a.last().unwrap().wrapping_add(1);
+            *b.last_mut().unwrap() = b.last().unwrap().wrapping_add(2);
+            vec![a, b]
+        },
+        // A different head: the byte before the last moved.
+        &|k| {
+            let mut a = k.to_vec();
+            let at = a.len() - 2;
+            a[at] = a[at].wrapping_add(1);
+            vec![a]
+        },
+        // A different head, further in.
+        &|k| {
+            let mut a = k.to_vec();
+            let at = a.len().min(5) - 1;
+            a[at] = a[at].wrapping_add(128);
+            vec![a]
+        },
+        // A new group or prefix.
+        &|k| vec![[&[0x42], k].concat()[..k.len()].to_vec(), vec![0; k.len()]],
+    ];
+    for model in layouts {
+        let keys = Keys::from_sorted(model.iter().map(KeyRef::from));
+        let mut in_place = 0;
+        for batch in batches {
+            for stride in [1, 3, 7] {
+                let mut new: Vec<Vec<u8>> = model
+                    .iter()
+                    .step_by(stride)
+                    .flat_map(|k| batch(k))
+                    .filter(|k| model.binary_search(k).is_err())
+                    .collect();
+                new.sort();
+                new.dedup();
+                let inserts: Vec<(usize, &[u8])> = new
+                    .iter()
+                    .map(|k| (model.binary_search(k).unwrap_err(), k.as_slice()))
+                    .collect();
+                let mut want = model.clone();
+                want.extend(new.iter().cloned());
+                want.sort();
+                match keys.with_inserted_many(&inserts) {
+                    Some(got) => {
+                        in_place += 1;
+                        same(&got, &want);
+                    }
+                    None => same(&Keys::from_sorted(want.iter().map(KeyRef::from)), &want),
+                }
+            }
+        }
+        assert!(in_place > 0, "some batches fit in place: {model:?}");
+    }
+}

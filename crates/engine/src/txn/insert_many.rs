@@ -12,6 +12,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::WriteTxn;
+use crate::key_order::sorted_order;
 use crate::schema::{Row, Table, TableDef};
 use crate::view::downcast;
 use crate::{Key, Result};
@@ -87,8 +88,7 @@ impl WriteTxn {
         rows: &[Row],
     ) -> Vec<Option<Row>> {
         // The rows by key, each key's rows in their order: the last one stays.
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by(|&a, &b| pks[a].cmp(&pks[b]));
+        let order = sorted_order(pks);
         let groups: Vec<&[usize]> = order.chunk_by(|&a, &b| pks[a] == pks[b]).collect();
         let data = &self.root.tables[table];
         let mut stored = Vec::with_capacity(groups.len());
@@ -127,8 +127,10 @@ impl WriteTxn {
         }
         let maps = &mut self.root.tables[table].maps;
         let (mut old_keys, mut new_keys) = (Vec::new(), Vec::new());
+        let (mut keys, mut owners) = (Vec::new(), Vec::new());
         for (m, map) in maps.iter_mut().enumerate().skip(1) {
-            let mut entries: Vec<(Key, Row)> = Vec::with_capacity(changed.len());
+            keys.clear();
+            owners.clear();
             for &(i, old) in &changed {
                 new_keys.clear();
                 def.index_keys(m, &rows[i], &pks[i], &mut new_keys);
@@ -139,12 +141,17 @@ impl WriteTxn {
                         map.remove(k);
                     }
                 }
-                entries.extend(new_keys.drain(..).map(|k| (k, Arc::clone(&rows[i]))));
+                owners.extend(std::iter::repeat_n(i, new_keys.len()));
+                keys.append(&mut new_keys);
             }
             // Keys of different rows differ (a non-unique index ends its keys with the
             // primary key); a row listing one key twice gives it once.
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            entries.dedup_by(|a, b| a.0 == b.0);
+            let mut entries: Vec<(&Key, Row)> = Vec::with_capacity(keys.len());
+            for k in sorted_order(&keys) {
+                if entries.last().is_none_or(|(last, _)| **last != keys[k]) {
+                    entries.push((&keys[k], Arc::clone(&rows[owners[k]])));
+                }
+            }
             map.insert_sorted(entries);
         }
         let primary: Vec<(&Key, Row)> = changed
