@@ -1,5 +1,6 @@
 //! Node writes: upsert (with plugin derivation), delete, status, drain, eligibility.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::engine::Key;
@@ -13,32 +14,97 @@ use super::writer::Writer;
 
 /// Replaces node `n` and derives its plugin instances (docs/rules.md §4.1).
 pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
-    upsert_one(w, node, &mut SharedIds::default())?;
+    let allocs = FingerprintAllocs::look_up(w, std::slice::from_ref(&node));
+    let row = upsert_one(w, node, None, &mut SharedIds::default(), &allocs)?;
+    w.txn.insert(w.t.nodes, row)?;
     w.flush_plugins()
 }
 
-/// Upserts nodes in order, each as [`upsert_node`], writing each plugin once.
+/// Upserts nodes in order, each as [`upsert_node`], writing each plugin once and the
+/// node rows as one batch (`WriteTxn::insert_many`) once all are derived: nothing in
+/// a node's derivation reads another node's row but a repeated id's, which is taken
+/// from this command's rows.
 pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
     // An empty batch, an empty id and misfiled fingerprints are input rules
     // (`input.rs`), checked before any of this runs.
     let mut descriptions = SharedIds::default();
+    let allocs = FingerprintAllocs::look_up(w, &nodes);
+    let mut rows: Vec<Arc<Node>> = Vec::with_capacity(nodes.len());
+    let mut earlier: HashMap<Id, usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(nodes.len(), Default::default());
     for node in nodes {
-        upsert_one(w, node, &mut descriptions)?;
+        let before = earlier.get(&node.id).map(|&i| Arc::clone(&rows[i]));
+        let row = upsert_one(w, node, before.as_deref(), &mut descriptions, &allocs)?;
+        earlier.insert(row.id.clone(), rows.len());
+        rows.push(row);
     }
+    w.txn.insert_many(w.t.nodes, rows)?;
     w.flush_plugins()
 }
 
-/// The node row and its plugin entries; plugins stay in the writer until flushed.
-fn upsert_one(w: &mut Writer, mut node: Node, descriptions: &mut SharedIds) -> Result<()> {
+/// The allocations the fingerprints of a command's nodes name, by id, looked up
+/// together before any node is derived (their lookups descend the allocations' tree
+/// side by side, `View::get_many`): a fingerprint's allocation id points at the
+/// row's copy (`shared_ids.rs`). Node writes do not change the allocations table.
+struct FingerprintAllocs {
+    /// (the id a fingerprint names, the row's copy of it), sorted.
+    found: Vec<(Id, Id)>,
+}
+
+impl FingerprintAllocs {
+    fn look_up(w: &Writer, nodes: &[Node]) -> FingerprintAllocs {
+        let mut named: Vec<&Id> = nodes
+            .iter()
+            .flat_map(|n| {
+                n.csi_controller_plugins
+                    .values()
+                    .chain(n.csi_node_plugins.values())
+            })
+            .map(|info| &info.alloc_id)
+            .filter(|id| !id.is_empty())
+            .collect();
+        named.sort_unstable();
+        named.dedup();
+        let keys: Vec<Key> = named.iter().map(|id| Key::str(id)).collect();
+        let mut found = Vec::with_capacity(named.len());
+        w.txn.view().get_many(w.t.allocs, &keys, |i, row| {
+            if let Some(row) = row {
+                found.push((named[i].clone(), row.id.clone()));
+            }
+        });
+        FingerprintAllocs { found }
+    }
+
+    /// The row's copy of allocation id `id`, if the allocation exists.
+    fn get(&self, id: &str) -> Option<&Id> {
+        let i = self
+            .found
+            .binary_search_by(|(named, _)| (**named).cmp(id))
+            .ok()?;
+        Some(&self.found[i].1)
+    }
+}
+
+/// The node row and its plugin entries, not yet stored; plugins stay in the writer
+/// until flushed. `before_in_command`: this command's earlier row of the same id.
+fn upsert_one(
+    w: &mut Writer,
+    mut node: Node,
+    before_in_command: Option<&Node>,
+    descriptions: &mut SharedIds,
+    allocs: &FingerprintAllocs,
+) -> Result<Arc<Node>> {
     // Borrowed: only the create index is needed, not a counted reference.
-    let existing = w.txn.view().get_value(w.t.nodes, &Key::str(&node.id));
+    let view = w.txn.view();
+    let existing = match before_in_command {
+        Some(row) => Some(row),
+        None => view.get_value(w.t.nodes, &Key::str(&node.id)),
+    };
     node.create_index = existing.map_or(w.index, |n| n.create_index);
     let was_eligible = existing.is_some_and(|n| n.eligible);
     if let Some(old) = existing {
         reuse_node_parts(&mut node, old);
-    } else if let Some(id) = w
-        .txn
-        .view()
+    } else if let Some(id) = view
         .index_eq(w.t.allocs_by_node, Key::str(&node.id).as_bytes())
         .borrowed()
         .map(|a| &a.node_id)
@@ -52,17 +118,11 @@ fn upsert_one(w: &mut Writer, mut node: Node, descriptions: &mut SharedIds) -> R
         &mut node,
         existing,
         |plugin_id| w.plugin_provider(plugin_id),
-        |alloc_id| {
-            w.txn
-                .view()
-                .get_value(w.t.allocs, &Key::str(alloc_id))
-                .map(|a| &a.id)
-        },
+        |alloc_id| allocs.get(alloc_id),
         descriptions,
     );
     node.modify_index = w.index;
     let node = Arc::new(node);
-    w.txn.insert(w.t.nodes, Arc::clone(&node))?;
     node_eligibility_changed(w, &node.id, was_eligible, node.eligible);
 
     for info in node.csi_controller_plugins.values() {
@@ -81,7 +141,7 @@ fn upsert_one(w: &mut Writer, mut node: Node, descriptions: &mut SharedIds) -> R
             w.remove_entry(inst.kind, &inst.plugin_id, &node.id)?;
         }
     }
-    Ok(())
+    Ok(node)
 }
 
 /// Refuses fingerprints filed under another plugin id, or whose halves do not match

@@ -126,28 +126,40 @@ impl WriteTxn {
             }
         }
         let maps = &mut self.root.tables[table].maps;
-        let (mut old_keys, mut new_keys) = (Vec::new(), Vec::new());
-        let (mut keys, mut owners) = (Vec::new(), Vec::new());
-        for (m, map) in maps.iter_mut().enumerate().skip(1) {
-            keys.clear();
-            owners.clear();
-            for &(i, old) in &changed {
-                new_keys.clear();
-                def.index_keys(m, &rows[i], &pks[i], &mut new_keys);
+        // Every index key of each row in one pass over the rows (each row's fields
+        // are read once, not once per index); per map: the keys, their rows, and the
+        // keys the stored rows had and the new ones lack.
+        let indexes = maps.len() - 1;
+        let mut keys: Vec<Vec<Key>> = (0..indexes)
+            .map(|_| Vec::with_capacity(changed.len()))
+            .collect();
+        let mut owners: Vec<Vec<usize>> = (0..indexes)
+            .map(|_| Vec::with_capacity(changed.len()))
+            .collect();
+        let mut gone: Vec<Vec<Key>> = vec![Vec::new(); indexes];
+        let mut old_keys = Vec::new();
+        for &(i, old) in &changed {
+            for m in 0..indexes {
+                let start = keys[m].len();
+                def.index_keys(m + 1, &rows[i], &pks[i], &mut keys[m]);
+                owners[m].resize(keys[m].len(), i);
                 if let Some(old) = old {
                     old_keys.clear();
-                    def.index_keys(m, old, &pks[i], &mut old_keys);
-                    for k in old_keys.iter().filter(|k| !new_keys.contains(k)) {
-                        map.remove(k);
-                    }
+                    def.index_keys(m + 1, old, &pks[i], &mut old_keys);
+                    let new_keys = &keys[m][start..];
+                    gone[m].extend(old_keys.drain(..).filter(|k| !new_keys.contains(k)));
                 }
-                owners.extend(std::iter::repeat_n(i, new_keys.len()));
-                keys.append(&mut new_keys);
+            }
+        }
+        for (m, map) in maps.iter_mut().skip(1).enumerate() {
+            for k in &gone[m] {
+                map.remove(k);
             }
             // Keys of different rows differ (a non-unique index ends its keys with the
             // primary key); a row listing one key twice gives it once.
+            let (keys, owners) = (&keys[m], &owners[m]);
             let mut entries: Vec<(&Key, Row)> = Vec::with_capacity(keys.len());
-            for k in sorted_order(&keys) {
+            for k in sorted_order(keys) {
                 if entries.last().is_none_or(|(last, _)| **last != keys[k]) {
                     entries.push((&keys[k], Arc::clone(&rows[owners[k]])));
                 }
