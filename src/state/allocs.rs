@@ -34,22 +34,16 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
     let mut earlier: HashMap<Id, usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(allocs.len(), Default::default());
     let mut server_terminal = Vec::new();
+    let mut stored = stored_rows(w, &allocs).into_iter();
     for mut alloc in allocs {
         let before_in_command = earlier.get(&alloc.id).map(|&i| Arc::clone(&rows[i]));
-        {
-            // Borrowed: only the create index and the ids to share are needed.
-            let view = w.txn.view();
-            let existing = match &before_in_command {
-                Some(row) => Some(&**row),
-                None => view.get_value(w.t.allocs, &Key::str(&alloc.id)),
-            };
-            alloc.create_index = existing.map_or(w.index, |a| a.create_index);
-            share_ids(w, &mut alloc, existing, shared.as_mut());
-        }
+        let stored = stored.next().flatten();
+        let before = before_in_command.or(stored);
+        alloc.create_index = before.as_ref().map_or(w.index, |a| a.create_index);
+        share_ids(w, &mut alloc, before.as_deref(), shared.as_mut());
         alloc.modify_index = w.index;
         let alloc = Arc::new(alloc);
         if jobs {
-            let before = before_in_command.or_else(|| w.view().alloc(&alloc.id));
             check_alloc_job(w, before.as_deref(), &alloc)?;
             alloc_changed(w, before.as_deref(), Some(&alloc));
         }
@@ -71,6 +65,19 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
         }
     }
     w.flush_plugins()
+}
+
+/// The stored row of each of `allocs` (by id, in order), looked up together: their
+/// lookups descend the table's tree side by side (`View::get_many`), in id order.
+fn stored_rows(w: &Writer, allocs: &[Allocation]) -> Vec<Option<Arc<Allocation>>> {
+    let mut order: Vec<usize> = (0..allocs.len()).collect();
+    order.sort_unstable_by(|&a, &b| allocs[a].id.cmp(&allocs[b].id));
+    let keys: Vec<Key> = order.iter().map(|&i| Key::str(&allocs[i].id)).collect();
+    let mut rows = vec![None; allocs.len()];
+    w.txn
+        .view()
+        .get_many(w.t.allocs, &keys, |k, row| rows[order[k]] = row);
+    rows
 }
 
 /// Points the allocation's ids at copies the state or this command already holds
