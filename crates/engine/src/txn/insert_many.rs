@@ -9,11 +9,12 @@
 //! and what it records, is what a loop of [`WriteTxn::insert`] would give.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::WriteTxn;
+use super::{Record, WriteTxn};
 use crate::key_order::sorted_order;
-use crate::schema::{Row, Table, TableDef};
+use crate::schema::{Row, Table, TableDef, TableId};
 use crate::view::downcast;
 use crate::{Key, Result};
 
@@ -79,6 +80,15 @@ impl WriteTxn {
         }
     }
 
+    /// Whether this transaction has recorded no change to a key of `table` from
+    /// `first` to `last`.
+    fn no_change_between(&self, table: TableId, first: &Key, last: &Key) -> bool {
+        self.changes
+            .range((table, first.clone())..=(table, last.clone()))
+            .next()
+            .is_none()
+    }
+
     /// The batch itself: `rows[i]` has primary key `pks[i]`; returns what each replaced.
     fn insert_batch(
         &mut self,
@@ -87,6 +97,9 @@ impl WriteTxn {
         pks: &[Key],
         rows: &[Row],
     ) -> Vec<Option<Row>> {
+        if rows.is_empty() {
+            return Vec::new();
+        }
         // The rows by key, each key's rows in their order: the last one stays.
         let order = sorted_order(pks);
         let groups: Vec<&[usize]> = order.chunk_by(|&a, &b| pks[a] == pks[b]).collect();
@@ -98,23 +111,39 @@ impl WriteTxn {
         drop(stored);
 
         // What each row replaced, and the change records, as one insert after the other
-        // would make them (a row put over itself is no change).
+        // would make them (a row put over itself is no change). Where no savepoint
+        // journals the records and none of this transaction's earlier changes lies
+        // among the batch's keys, a key's records collapse to one (the stored row, the
+        // last), gathered in key order and merged into the change set in one pass.
         let mut replaced: Vec<Option<Row>> = vec![None; rows.len()];
+        let merge = self.journal.is_none()
+            && groups.len() * 4 >= self.changes.len()
+            && self.no_change_between(table, &pks[groups[0][0]], &pks[order[order.len() - 1]]);
+        let mut merged = Vec::new();
         for (group, old) in groups.iter().zip(&olds) {
             let mut now = old.clone();
+            let mut changed = false;
             for &i in *group {
                 replaced[i].clone_from(&now);
                 if now.as_ref().is_some_and(|n| Arc::ptr_eq(n, &rows[i])) {
                     continue;
                 }
-                self.record(
-                    table,
-                    pks[i].clone(),
-                    now.clone(),
-                    Some(Arc::clone(&rows[i])),
-                );
+                changed = true;
+                if !merge {
+                    let after = Some(Arc::clone(&rows[i]));
+                    self.record(table, pks[i].clone(), now.clone(), after);
+                }
                 now = Some(Arc::clone(&rows[i]));
             }
+            if merge && changed && !self.restore {
+                let last = *group.last().expect("a group has a row");
+                merged.push(((table, pks[last].clone()), (old.clone(), now)));
+            }
+        }
+        if !merged.is_empty() {
+            // Sorted already: built bottom-up, then merged with the change set.
+            let mut batch: BTreeMap<(TableId, Key), Record> = merged.into_iter().collect();
+            self.changes.append(&mut batch);
         }
 
         // The keys whose row changes: the last row of each, over the stored one.

@@ -31,14 +31,17 @@ pub struct WriteTxn {
     index: u64,
     restore: bool,
     /// Per (table, primary key): the row before the transaction and the row now.
-    changes: BTreeMap<(TableId, Key), (Option<Row>, Option<Row>)>,
+    changes: BTreeMap<(TableId, Key), Record>,
     /// Once a savepoint was taken: every change-set entry as it was before each
     /// `record`, newest last, so a rollback undoes only what followed its savepoint.
     journal: Option<Vec<Undo>>,
 }
 
+/// One key's entry of the change set: its row before the transaction, and now.
+type Record = (Option<Row>, Option<Row>);
+
 /// A change-set entry as it was before one write (`None`: absent).
-type Undo = ((TableId, Key), Option<(Option<Row>, Option<Row>)>);
+type Undo = ((TableId, Key), Option<Record>);
 
 /// A transaction's state as of [`WriteTxn::savepoint`]: a position in the
 /// transaction's undo journal (and, in a restore transaction, which keeps no journal,

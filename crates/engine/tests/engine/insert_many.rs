@@ -2,7 +2,8 @@
 //! committed state, the same rows must give the same replaced rows, the same table
 //! and index contents, the same change set, consistent indexes, and (after a
 //! savepoint) the same state when rolled back. Batches repeat keys, put stored rows
-//! back over themselves, move rows between groups and change their multi-index keys.
+//! back over themselves, move rows between groups, change their multi-index keys, and
+//! follow earlier writes of their transaction.
 
 use std::sync::Arc;
 
@@ -122,8 +123,13 @@ type Outcome = (
 
 /// Applies `batch` to `table` in a transaction over `f`'s committed state, with
 /// `insert_many` or with a loop of `insert`, and commits.
-fn apply(f: &Fixture, table: Table<Row>, batch: &[Arc<Row>], many: bool) -> Outcome {
+fn apply(f: &Fixture, table: Table<Row>, prior: &[Row], batch: &[Arc<Row>], many: bool) -> Outcome {
     let mut txn = f.db.begin_write(f.db.last_applied() + 1).expect("begin");
+    // Earlier writes of the same transaction, whose change records the batch's
+    // must continue.
+    for r in prior {
+        let _ = txn.insert(table, Arc::new(r.clone()));
+    }
     let (replaced, result) = if many {
         match txn.insert_many(table, batch.to_vec()) {
             Ok(r) => (r, Ok(())),
@@ -196,6 +202,7 @@ proptest! {
     fn insert_many_matches_a_loop_of_inserts(
         stored in vec(row(), 0..12),
         picks in vec(pick(), 0..24),
+        prior in vec(row(), 0..4),
         unique_table in any::<bool>(),
     ) {
         let (batched, looped_f, arcs) = seeded(&stored);
@@ -214,8 +221,8 @@ proptest! {
         } else {
             (batched.rows, looped_f.rows)
         };
-        let got = apply(&batched, tb, &batch, true);
-        let want = apply(&looped_f, tl, &batch, false);
+        let got = apply(&batched, tb, &prior, &batch, true);
+        let want = apply(&looped_f, tl, &prior, &batch, false);
         prop_assert_eq!(got, want);
     }
 
