@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::engine::Key;
+use crate::engine::{Key, sorted_order};
 use crate::model::{Allocation, DesiredStatus, Id};
 
 use super::error::{Result, StateError};
@@ -70,13 +70,13 @@ pub(crate) fn upsert_allocs(w: &mut Writer, allocs: Vec<Allocation>) -> Result<(
 /// The stored row of each of `allocs` (by id, in order), looked up together: their
 /// lookups descend the table's tree side by side (`View::get_many`), in id order.
 fn stored_rows(w: &Writer, allocs: &[Allocation]) -> Vec<Option<Arc<Allocation>>> {
-    let mut order: Vec<usize> = (0..allocs.len()).collect();
-    order.sort_unstable_by(|&a, &b| allocs[a].id.cmp(&allocs[b].id));
-    let keys: Vec<Key> = order.iter().map(|&i| Key::str(&allocs[i].id)).collect();
+    let keys: Vec<Key> = allocs.iter().map(|a| Key::str(&a.id)).collect();
+    let order = sorted_order(&keys);
+    let sorted: Vec<&Key> = order.iter().map(|&i| &keys[i]).collect();
     let mut rows = vec![None; allocs.len()];
     w.txn
         .view()
-        .get_many(w.t.allocs, &keys, |k, row| rows[order[k]] = row);
+        .get_many(w.t.allocs, &sorted, |k, row| rows[order[k]] = row);
     rows
 }
 

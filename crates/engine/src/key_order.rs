@@ -8,7 +8,12 @@
 //! small (integer, position) pairs does neither for keys whose heads differ.
 
 /// The positions of `keys` in key order; equal keys keep their order in `keys`.
-pub(crate) fn sorted_order<K: AsRef<[u8]>>(keys: &[K]) -> Vec<usize> {
+///
+/// ```
+/// let keys = [b"b".as_slice(), b"a", b"ab", b"a"];
+/// assert_eq!(schedstate_engine::sorted_order(&keys), [1, 3, 2, 0]);
+/// ```
+pub fn sorted_order<K: AsRef<[u8]>>(keys: &[K]) -> Vec<usize> {
     let first = keys.first().map_or(&[][..], AsRef::as_ref);
     let shared = keys
         .iter()

@@ -35,6 +35,7 @@ pub use bulk::BulkLoad;
 pub use database::{Db, Snapshot, WritePause};
 pub use error::{Error, IndexInconsistency, Result};
 pub use key::{Key, KeyBuilder};
+pub use key_order::sorted_order;
 pub use pmap::{Iter as PMapIter, KeyRef, PMap};
 pub use prefetch::prefetch;
 pub use schema::{Index, Schema, Table};
