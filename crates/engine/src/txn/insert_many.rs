@@ -18,6 +18,10 @@ use crate::schema::{Row, Table, TableDef, TableId};
 use crate::view::downcast;
 use crate::{Key, Result};
 
+/// Fewer rows go in one by one: a batch's gathering, sorting and merging costs more
+/// than it saves when it reaches a handful of leaves (a node's two plugin instances).
+const BATCH_MIN: usize = 8;
+
 impl WriteTxn {
     /// Inserts or replaces each of `rows` in order, maintaining every index, as a loop
     /// of [`insert`](Self::insert) would, and returns what each replaced: `out[i]` is
@@ -25,8 +29,9 @@ impl WriteTxn {
     /// row of the batch, for a key given twice).
     ///
     /// In a table without unique indexes the rows go in as one batch: each map of the
-    /// table takes its keys sorted, in one walk down its tree. With a unique index the
-    /// rows are inserted one by one, each checked against the ones before it.
+    /// table takes its keys sorted, in one walk down its tree. With a unique index, or
+    /// fewer than eight rows, they are inserted one by one (each checked against the
+    /// ones before it).
     ///
     /// # Errors
     /// As [`insert`](Self::insert): the first row refused stops the batch, with the rows
@@ -53,7 +58,7 @@ impl WriteTxn {
     ) -> Result<Vec<Option<Arc<V>>>> {
         let schema = self.table_def(table.schema, table.id)?;
         let def: &TableDef = &schema.tables[table.id];
-        if rows.len() < 2 || def.indexes.iter().any(|i| i.unique) {
+        if rows.len() < BATCH_MIN || def.indexes.iter().any(|i| i.unique) {
             return rows.into_iter().map(|r| self.insert(table, r)).collect();
         }
         let mut rows: Vec<Row> = rows.into_iter().map(|r| r as Row).collect();
