@@ -1,8 +1,9 @@
 //! The `pmap` target: the engine's persistent B+tree (`PMap`) against a `BTreeMap`
 //! model. Up to 512 operations decoded from the input — inserts, removes, gets,
-//! ranges read from both ends, runs of counter keys inserted or removed (splits,
-//! merges, redistribution), rebuilds through `FromIterator`, retained clones — over
-//! keys with shared prefixes of 0 to 60 bytes, short and long, with 0x00 and 0xFF.
+//! ranges read from both ends, runs of counter keys inserted (one by one or as one
+//! sorted batch) or removed (splits, merges, redistribution), rebuilds through
+//! `FromIterator`, retained clones — over keys with shared prefixes of 0 to 60 bytes,
+//! short and long, with 0x00 and 0xFF.
 //! Every result is compared with the model; at check operations the map and the
 //! oldest retained clone, and at the end the map and every retained clone, must equal
 //! their models exactly (contents, length, order from both ends, sampled gets, ranges)
@@ -138,6 +139,25 @@ impl Run<'_> {
         );
     }
 
+    /// The keys, sorted and deduplicated, as one batch (`insert_sorted`).
+    fn insert_sorted(&mut self, mut keys: Vec<Vec<u8>>) {
+        keys.sort();
+        keys.dedup();
+        let entries: Vec<(Vec<u8>, u64)> = keys
+            .into_iter()
+            .map(|k| {
+                self.next_value += 1;
+                (k, self.next_value)
+            })
+            .collect();
+        let new = entries
+            .iter()
+            .filter(|(k, _)| !self.model.contains_key(k))
+            .count();
+        self.model.extend(entries.iter().cloned());
+        assert_eq!(self.map.insert_sorted(entries), new, "keys added");
+    }
+
     fn remove(&mut self, k: &[u8]) {
         assert_eq!(self.map.remove(k), self.model.remove(k), "remove {k:?}");
     }
@@ -164,8 +184,13 @@ impl Run<'_> {
                 check_range(&self.map, &self.model, &lo, &hi, &pattern);
             }
             10 => {
-                for k in self.run_keys() {
-                    self.insert(&k);
+                let keys = self.run_keys();
+                if self.input.bool() {
+                    for k in keys {
+                        self.insert(&k);
+                    }
+                } else {
+                    self.insert_sorted(keys);
                 }
             }
             11 => {
