@@ -1065,6 +1065,14 @@ fn command_strategy(m: &Model) -> BoxedStrategy<Command> {
                 .prop_map(|nodes| Command::UpsertNodes { nodes })
                 .boxed(),
         ),
+        // Eight nodes and more: a batch of node rows, most of them repeated, and of
+        // plugin-instance rows.
+        (
+            2,
+            prop::collection::vec(node_strategy(), 8..12)
+                .prop_map(|nodes| Command::UpsertNodes { nodes })
+                .boxed(),
+        ),
         (
             3,
             list(pick(&NODES), 3)
@@ -1097,6 +1105,14 @@ fn command_strategy(m: &Model) -> BoxedStrategy<Command> {
         (
             14,
             list(alloc_strategy(), 4)
+                .prop_map(|allocs| Command::UpsertAllocs { allocs })
+                .boxed(),
+        ),
+        // Long enough for the engine's batch insert (`WriteTxn::insert_many` batches
+        // from eight rows), with every id repeated.
+        (
+            2,
+            prop::collection::vec(alloc_strategy(), 8..16)
                 .prop_map(|allocs| Command::UpsertAllocs { allocs })
                 .boxed(),
         ),
