@@ -197,22 +197,13 @@ impl Run {
     }
 
     /// One batch: the map's count of new keys and every value as the model's.
-    fn insert_sorted(&mut self, mut keys: Vec<Vec<u8>>) {
-        keys.sort();
-        keys.dedup();
-        let entries: Vec<(Vec<u8>, u64)> = keys
-            .into_iter()
-            .map(|k| {
-                self.next_value += 1;
-                (k, self.next_value)
-            })
-            .collect();
-        let new = entries
-            .iter()
-            .filter(|(k, _)| !self.model.contains_key(k))
-            .count();
-        self.model.extend(entries.iter().cloned());
-        assert_eq!(self.map.insert_sorted(entries), new, "keys added");
+    fn insert_sorted(&mut self, keys: Vec<Vec<u8>>) {
+        crate::pmap_check::insert_sorted(
+            &mut self.map,
+            &mut self.model,
+            &mut self.next_value,
+            keys,
+        );
     }
 
     fn remove(&mut self, k: &[u8]) {

@@ -36,6 +36,32 @@ pub fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
+/// Inserts `keys`, sorted and deduplicated, into `map` as one batch
+/// (`PMap::insert_sorted`) and into `model`, each with the next value of `next_value`,
+/// and checks the map's count of new keys against the model's.
+pub fn insert_sorted(
+    map: &mut PMap<u64>,
+    model: &mut Model,
+    next_value: &mut u64,
+    mut keys: Vec<Vec<u8>>,
+) {
+    keys.sort();
+    keys.dedup();
+    let entries: Vec<(Vec<u8>, u64)> = keys
+        .into_iter()
+        .map(|k| {
+            *next_value += 1;
+            (k, *next_value)
+        })
+        .collect();
+    let new = entries
+        .iter()
+        .filter(|(k, _)| !model.contains_key(k))
+        .count();
+    model.extend(entries.iter().cloned());
+    assert_eq!(map.insert_sorted(entries), new, "keys added");
+}
+
 /// Reads `map.range(lo, hi)` from the front (`true`) and the back (`false`) as
 /// `pattern` says, cycled, and compares every entry with the model.
 pub fn check_range(
