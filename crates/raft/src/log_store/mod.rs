@@ -25,29 +25,32 @@
 //! touching the disk; older ones (a follower far behind, a restart's replay) are read
 //! back from their segment, checksum checked. Every entry's position is kept, so a
 //! read costs one seek.
+//!
+//! Here the types, the writes and openraft's `RaftLogStorage`; in `open.rs` the open
+//! (scan, repair, the flusher started), in `flusher.rs` the flusher thread and the
+//! committed pointer, in `read.rs` the reads (`RaftLogReader`, cache or segment).
+
+mod flusher;
+mod open;
+mod read;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Debug;
-use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
+use openraft::{LogId, LogState, StorageError, StorageIOError, Vote};
 use parking_lot::{Condvar, Mutex};
-use schedstate::persist::segment::{
-    self, SegmentWriter, create_dir_all, remove_file_durably, write_file_atomically,
-};
+use schedstate::persist::segment::{SegmentWriter, remove_file_durably, write_file_atomically};
 use schedstate::persist::{DirLock, PersistError};
 
-use crate::committed::{self, CommittedFile};
-use crate::log_format::{
-    RAFT_LOG_FORMAT, RAFT_LOG_VERSION, RaftMeta, RaftRecord, meta_path, segment_name,
-};
-use crate::log_scan::scan_log;
+use crate::committed::CommittedFile;
+use crate::log_format::{RAFT_LOG_FORMAT, RaftMeta, RaftRecord, meta_path, segment_name};
 use crate::{Entry, NodeId, TypeConfig};
+use flusher::{Committed, FlushMsg};
 
 /// How the log is kept on disk.
 #[derive(Debug, Clone, Copy)]
@@ -131,35 +134,6 @@ struct Shared {
     disk_reads: AtomicU64,
 }
 
-/// What the flusher thread is asked to do.
-enum FlushMsg {
-    /// Fsync what has been appended, then tell openraft.
-    Flush(LogFlushed<TypeConfig>),
-    /// openraft reported a new committed log id: record it (no fsync).
-    Committed,
-}
-
-struct Committed {
-    /// The last committed log id openraft reported.
-    reported: Option<LogId<NodeId>>,
-    /// The last entry the log had written when its latest fsync began (durable since).
-    durable: Option<LogId<NodeId>>,
-}
-
-impl Committed {
-    /// The newest entry that is both committed and durable here: the reported
-    /// committed id if the log has made it durable, else the last durable entry if
-    /// that lies before it (entries up to a committed index are committed too, and
-    /// are never truncated).
-    fn durable_committed(&self) -> Option<LogId<NodeId>> {
-        match (self.reported, self.durable) {
-            (Some(c), Some(d)) if c.index <= d.index => Some(c),
-            (Some(_), Some(d)) => Some(d),
-            _ => None,
-        }
-    }
-}
-
 /// One entry after the purge point: where its record is, and the entry itself while
 /// it is cached.
 struct Slot {
@@ -199,168 +173,6 @@ fn poisoned_err(why: &str) -> StorageError<NodeId> {
 }
 
 impl LogStore {
-    /// Opens (or creates) the log in `dir`: reads the metadata, scans every segment,
-    /// cuts a torn tail off the last one, and keeps the entries after the purge point.
-    ///
-    /// # Errors
-    /// A [`PersistError`] naming the file and offset of any damage that is not a torn
-    /// tail, a missing segment, or an I/O error.
-    pub fn open(
-        dir: &Path,
-        options: LogOptions,
-    ) -> Result<(LogStore, LogOpenReport), PersistError> {
-        create_dir_all(dir)?;
-        let permissions_fixed = schedstate::persist::make_owner_only(dir)?;
-        for path in &permissions_fixed {
-            tracing::warn!(path = %path.display(), "other users could read this; made it owner-only");
-        }
-        // One server per directory, across processes and within one.
-        let lock = DirLock::acquire(dir)?;
-        let meta = RaftMeta::read(dir)?.unwrap_or_default();
-        // Positions: a record's position is its Raft index + 1 (a Raft log starts at
-        // index 0, the initial membership), so position 0 means "nothing before".
-        let purged = meta.last_purged().map_or(0, |l| l.index + 1);
-        let scanned = scan_log(dir, purged)?;
-
-        let mut report = LogOpenReport {
-            permissions_fixed,
-            ..LogOpenReport::default()
-        };
-        let mut segments = BTreeMap::new();
-        let mut tail: Option<(u64, u64, u64)> = None; // (seq, valid_len, last index)
-        let mut older = BTreeSet::new();
-        for seg in &scanned.segments {
-            report.torn_bytes += seg.scan.torn_bytes;
-            if seg.scan.torn_header {
-                // A crash while creating the segment: it never held a record.
-                remove_file_durably(&seg.path)?;
-                continue;
-            }
-            segments.insert(seg.seq, seg.scan.prev_index);
-            if seg.scan.version < RAFT_LOG_VERSION {
-                older.insert(seg.seq);
-            }
-            tail = Some((seg.seq, seg.scan.valid_len, seg.last));
-        }
-        let next_seq = scanned.segments.last().map_or(1, |s| s.seq + 1);
-        let entries: VecDeque<Slot> = scanned
-            .records
-            .into_iter()
-            .map(|r| {
-                let entry = r.record.into_entry();
-                Slot {
-                    log_id: entry.log_id,
-                    entry: Some(entry),
-                    seq: r.seq,
-                    offset: r.offset,
-                    len: r.len,
-                }
-            })
-            .collect();
-        report.entries = entries.len() as u64;
-
-        let writer = match tail {
-            Some((seq, valid_len, last)) => {
-                let mut w =
-                    SegmentWriter::reopen(dir.join(segment_name(seq)), seq, valid_len, last)?;
-                if report.torn_bytes > 0 {
-                    w.cut_back(valid_len, last)?;
-                    w.sync()?;
-                }
-                if older.contains(&seq) {
-                    // An older format's segment is not appended to.
-                    let next = SegmentWriter::create(
-                        &RAFT_LOG_FORMAT,
-                        dir.join(segment_name(seq + 1)),
-                        seq + 1,
-                        last,
-                    )?;
-                    segments.insert(seq + 1, last);
-                    next
-                } else {
-                    w
-                }
-            }
-            None => {
-                let seq = next_seq;
-                let w = SegmentWriter::create(
-                    &RAFT_LOG_FORMAT,
-                    dir.join(segment_name(seq)),
-                    seq,
-                    purged,
-                )?;
-                segments.insert(seq, purged);
-                w
-            }
-        };
-
-        let recovered_committed = committed::read(dir).and_then(|c| {
-            let first = entries.front().map(|e| e.log_id.index)?;
-            let found = c
-                .index
-                .checked_sub(first)
-                .and_then(|pos| entries.get(pos as usize))
-                .map(|e| e.log_id);
-            if found == Some(c) {
-                Some(c)
-            } else {
-                // Before the first entry (purged: the snapshot holds it), past the
-                // last, or naming another entry: re-apply nothing beyond the snapshot.
-                if c.index >= first {
-                    tracing::warn!(committed = %c, "raft log: the committed pointer names no entry of the log; ignored");
-                }
-                None
-            }
-        });
-        let (tx, rx) = mpsc::channel::<FlushMsg>();
-        let shared = Arc::new(Shared {
-            dir: dir.to_path_buf(),
-            options,
-            log: Mutex::new({
-                let mut log = Log {
-                    entries,
-                    cached_from: 0,
-                    cached_bytes: 0,
-                    segments,
-                    older,
-                    writer,
-                    meta,
-                    poisoned: None,
-                };
-                log.cached_bytes = log.entries.iter().map(|e| e.len).sum();
-                log.evict(options.cache_bytes);
-                log
-            }),
-            flusher: Mutex::new(Some(tx)),
-            committed: Mutex::new(Committed {
-                reported: recovered_committed,
-                durable: recovered_committed,
-            }),
-            committed_file: Mutex::new(CommittedFile::open(dir, recovered_committed)),
-            flushes: Mutex::new((0, 0)),
-            flushed: Condvar::new(),
-            appends: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
-            fsyncs: AtomicU64::new(0),
-            disk_reads: AtomicU64::new(0),
-        });
-        let weak = Arc::downgrade(&shared);
-        std::thread::Builder::new()
-            .name("raft-log-flush".into())
-            .spawn(move || flush_loop(&weak, &rx))
-            .map_err(|source| PersistError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        Ok((
-            LogStore {
-                shared,
-                lock: Arc::new(Mutex::new(Some(lock))),
-            },
-            report,
-        ))
-    }
-
     /// Releases the directory's lock: the server using this log has stopped (its Raft
     /// is shut down), and another may open the directory. Appends after this fail.
     pub fn close(&self) {
@@ -494,223 +306,6 @@ impl LogStore {
         }
         Ok(())
     }
-}
-
-/// The flusher: one fsync for every append that arrived while the previous one ran.
-///
-/// After each fsync, and when openraft reports a new committed log id, it also
-/// updates the committed pointer (no fsync of its own; see `committed.rs`).
-fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<FlushMsg>) {
-    while let Ok(first) = rx.recv() {
-        let mut batch = Vec::new();
-        for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
-            if let FlushMsg::Flush(cb) = msg {
-                batch.push(cb);
-            }
-        }
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        if batch.is_empty() {
-            shared.record_committed();
-            continue;
-        }
-        let (handle, last) = {
-            let log = shared.log.lock();
-            let last = log.entries.back().map(|e| e.log_id);
-            let handle = match &log.poisoned {
-                Some(why) => Err(std::io::Error::other(format!(
-                    "the raft log is poisoned: {why}"
-                ))),
-                None => log.writer.sync_handle().map_err(std::io::Error::other),
-            };
-            (handle, last)
-        };
-        let result = handle.and_then(|(file, path)| {
-            segment::sync_file(&file, &path).map_err(std::io::Error::other)
-        });
-        shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-        match &result {
-            Err(e) => shared.log.lock().poisoned = Some(e.to_string()),
-            Ok(()) => {
-                // Everything written before the fsync began is durable now.
-                shared.committed.lock().durable = last;
-                shared.record_committed();
-            }
-        }
-        let n = batch.len() as u64;
-        for cb in batch {
-            let r = match &result {
-                Ok(()) => Ok(()),
-                Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
-            };
-            cb.log_io_completed(r);
-        }
-        shared.flushes.lock().1 += n;
-        shared.flushed.notify_all();
-    }
-}
-
-fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.saturating_add(1),
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.saturating_add(1),
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => u64::MAX,
-    };
-    (start, end)
-}
-
-/// The most record bytes of entries one replication RPC carries (at least one entry
-/// whatever its size). openraft 0.9 gives every `AppendEntries` the heartbeat
-/// interval (40 ms) to be answered and resends the same range at once when it is
-/// not: a follower catching up from far behind was sent 512 entries (then the
-/// most per RPC) of up to 32 commands each (16 MiB), which it could not take, write
-/// and fsync in time, so the leader resent them over and over — a server restarted after a busy phase stood
-/// still for 1–3 s before its first entry. One MiB is written and fsynced within a few
-/// milliseconds here.
-const REPLICATION_BATCH_BYTES: u64 = 1 << 20;
-
-impl RaftLogReader<TypeConfig> for LogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
-        &mut self,
-        range: RB,
-    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
-        let (start, end) = range_bounds(&range);
-        self.entries(start, end, u64::MAX)
-    }
-
-    async fn limited_get_log_entries(
-        &mut self,
-        start: u64,
-        end: u64,
-    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
-        self.entries(start, end, REPLICATION_BATCH_BYTES)
-    }
-}
-
-impl LogStore {
-    /// The entries of `[start, end)` held here, in order, stopping before the one that
-    /// would take their record bytes past `max_bytes` (the first is always returned).
-    fn entries(
-        &self,
-        start: u64,
-        end: u64,
-        max_bytes: u64,
-    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
-        let log = self.shared.log.lock();
-        let Some(first) = log.entries.front() else {
-            return Ok(Vec::new());
-        };
-        let first = first.log_id.index;
-        let from = (start.max(first) - first) as usize;
-        let to = ((end.max(first) - first) as usize).min(log.entries.len());
-        // How many to return: up to `max_bytes` of records, at least one.
-        let mut count = 0;
-        let mut bytes = 0u64;
-        for slot in log.entries.range(from..to.max(from)) {
-            bytes = bytes.saturating_add(slot.len);
-            if bytes > max_bytes && count > 0 {
-                break;
-            }
-            count += 1;
-        }
-        let mut out = Vec::with_capacity(count);
-        let mut i = from;
-        while i < from + count {
-            let slot = &log.entries[i];
-            if let Some(e) = &slot.entry {
-                out.push(e.clone());
-                i += 1;
-                continue;
-            }
-            // Entries no longer cached are read back under the lock (a truncate or
-            // purge cannot remove their file meanwhile): a run of them in one segment
-            // with one read of the bytes they span (a new leader's first rounds send
-            // followers older entries they already have, a batch per round, and a file
-            // opened per entry held this lock, and with it the leader's own appends,
-            // for milliseconds).
-            let mut run_end = i + 1;
-            let mut span_end = slot.offset + slot.len;
-            while run_end < from + count {
-                let next = &log.entries[run_end];
-                if next.entry.is_some()
-                    || next.seq != slot.seq
-                    || next.offset != span_end
-                    || span_end + next.len - slot.offset > READ_SPAN_BYTES
-                {
-                    break;
-                }
-                span_end += next.len;
-                run_end += 1;
-            }
-            let run = log.entries.range(i..run_end);
-            self.shared
-                .disk_reads
-                .fetch_add((run_end - i) as u64, Ordering::Relaxed);
-            read_entries(
-                &self.shared.dir,
-                run,
-                slot.offset,
-                span_end - slot.offset,
-                &mut out,
-            )
-            .map_err(|e| StorageError::from(StorageIOError::<NodeId>::read_logs(&e)))?;
-            i = run_end;
-        }
-        Ok(out)
-    }
-}
-
-/// The most bytes read back from a segment at once: a run of uncached entries longer
-/// than this is read in several spans (an entry larger than it, alone).
-const READ_SPAN_BYTES: u64 = 4 << 20;
-
-/// Reads the entries of `run` (consecutive records of one segment, the first at
-/// `offset`, `len` bytes in all) back with one read, appending them to `out`.
-fn read_entries<'a>(
-    dir: &Path,
-    run: impl Iterator<Item = &'a Slot>,
-    offset: u64,
-    len: u64,
-    out: &mut Vec<Entry>,
-) -> Result<(), PersistError> {
-    let mut run = run.peekable();
-    let Some(first) = run.peek() else {
-        return Ok(());
-    };
-    let path = dir.join(segment_name(first.seq));
-    let span = segment::read_span(&path, offset, len)?;
-    for slot in run {
-        let at = (slot.offset - offset) as usize;
-        let payload = segment::record_in(&span, at, &path, offset)?;
-        out.push(decode_entry(&path, slot, payload)?);
-    }
-    Ok(())
-}
-
-/// The entry of `slot` from its record's payload, read back from `path`.
-fn decode_entry(path: &Path, slot: &Slot, payload: &[u8]) -> Result<Entry, PersistError> {
-    let record: RaftRecord = postcard::from_bytes(payload).map_err(|e| PersistError::Corrupt {
-        path: path.to_path_buf(),
-        offset: slot.offset,
-        reason: format!("record does not decode: {e}"),
-    })?;
-    if record.index != slot.log_id.index {
-        return Err(PersistError::Corrupt {
-            path: path.to_path_buf(),
-            offset: slot.offset,
-            reason: format!(
-                "record of index {} where {} was written",
-                record.index, slot.log_id.index
-            ),
-        });
-    }
-    Ok(record.into_entry())
 }
 
 impl Log {
@@ -934,16 +529,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             tracing::warn!(error = %e, "raft log: removing purged segments failed");
         }
         Ok(())
-    }
-}
-
-impl Shared {
-    /// Writes the committed pointer if it moved (flusher thread only).
-    fn record_committed(&self) {
-        let id = self.committed.lock().durable_committed();
-        if let Some(id) = id {
-            self.committed_file.lock().write(id);
-        }
     }
 }
 
