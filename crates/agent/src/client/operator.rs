@@ -1,0 +1,133 @@
+//! The client's operator calls: the leader and peers, the Raft configuration and a
+//! change to it, a snapshot, the agent's self, regions, metrics and health.
+
+use hyper::{Method, StatusCode};
+
+use super::{Client, ClientError, Indexed, ReadOptions, request_timeout};
+use crate::api::{AgentHealth, AgentSelf, PeerChange, PeerChangeDone, RaftConfiguration};
+
+impl Client {
+    /// `GET /v1/status/leader`: the leader's address, if the server knows one.
+    pub async fn leader(&self) -> Result<Option<String>, ClientError> {
+        let (s, _): (String, _) = self
+            .call_ok(
+                Method::GET,
+                "/v1/status/leader",
+                &[],
+                None,
+                request_timeout(None),
+            )
+            .await?;
+        Ok((!s.is_empty()).then_some(s))
+    }
+
+    /// `GET /v1/status/peers`: the voters' addresses.
+    pub async fn peers(&self) -> Result<Vec<String>, ClientError> {
+        let r = self
+            .get_list::<Vec<String>>("/v1/status/peers", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `GET /v1/operator/raft/configuration`.
+    pub async fn raft_configuration(&self) -> Result<RaftConfiguration, ClientError> {
+        let r = self
+            .get_list::<RaftConfiguration>(
+                "/v1/operator/raft/configuration",
+                &[],
+                ReadOptions::default(),
+            )
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `POST /v1/operator/raft/peer`: waits as long as the agent may take to answer
+    /// ([`PeerChange::answer_within`]: an added server's catch-up wait and every
+    /// step's deadline), so that the answer, not a timeout here, says what happened.
+    pub async fn change_peer(&self, change: &PeerChange) -> Result<PeerChangeDone, ClientError> {
+        let body = serde_json::to_vec(change).map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        self.post_json("/v1/operator/raft/peer", body, Some(change.answer_within()))
+            .await
+    }
+
+    /// `GET /v1/operator/snapshot`: the whole state as a snapshot file (the store's
+    /// `SCHEDSNP` format), with the index it holds. Consistent unless `stale`.
+    pub async fn snapshot(&self, stale: bool) -> Result<Indexed<Vec<u8>>, ClientError> {
+        let query: &[(&str, &str)] = if stale { &[("stale", "")] } else { &[] };
+        let (answer, url) = self
+            .call(
+                Method::GET,
+                "/v1/operator/snapshot",
+                query,
+                None,
+                request_timeout(None),
+                None,
+            )
+            .await?;
+        if answer.status != StatusCode::OK {
+            return Err(Self::error(answer, url));
+        }
+        Ok(Indexed {
+            index: Self::index_of(&answer.headers),
+            value: answer.body.to_vec(),
+        })
+    }
+
+    /// `GET /v1/agent/self`: the server's id, leader, term and last applied index.
+    /// (Nomad's shape; schedstate's numbers are its `stats.schedstate`.)
+    pub async fn agent_self(&self) -> Result<AgentSelf, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Stats {
+            schedstate: AgentSelf,
+        }
+        #[derive(serde::Deserialize)]
+        struct Nomad {
+            stats: Stats,
+        }
+        let r = self
+            .get_list::<Nomad>("/v1/agent/self", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value.stats.schedstate)
+    }
+
+    /// `GET /v1/regions`.
+    pub async fn regions(&self) -> Result<Vec<String>, ClientError> {
+        let r = self
+            .get_list::<Vec<String>>("/v1/regions", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+
+    /// `GET /v1/metrics?format=prometheus`: Prometheus text.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let query = [("format", "prometheus")];
+        let (answer, url) = self
+            .call(
+                Method::GET,
+                "/v1/metrics",
+                &query,
+                None,
+                request_timeout(None),
+                None,
+            )
+            .await?;
+        if answer.status != StatusCode::OK {
+            return Err(Self::error(answer, url));
+        }
+        String::from_utf8(answer.body.to_vec()).map_err(|e| ClientError::Decode {
+            url,
+            reason: e.to_string(),
+        })
+    }
+
+    /// `GET /v1/agent/health` (no token needed).
+    pub async fn health(&self) -> Result<AgentHealth, ClientError> {
+        let r = self
+            .get_list::<AgentHealth>("/v1/agent/health", &[], ReadOptions::default())
+            .await?;
+        Ok(r.value)
+    }
+}
