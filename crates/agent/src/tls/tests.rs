@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::certs::{Ca, CertKind, IssuedCert};
+use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A CA and a directory to write certificates to.
