@@ -179,6 +179,11 @@ impl Cluster {
         }
     }
 
+    /// The Raft term server `i` is in (`None` if it is not running).
+    pub fn term_seen_by(&self, i: usize) -> Option<u64> {
+        Some(self.agents[i].as_ref()?.server().term())
+    }
+
     /// The leader as server `i` sees it.
     pub fn leader_seen_by(&self, i: usize) -> Option<usize> {
         self.agents[i]

@@ -56,6 +56,8 @@ pub struct Probe {
     pub took: Duration,
     /// Answered while the partition was still in place.
     pub while_partitioned: bool,
+    /// Answered a success.
+    pub ok: bool,
     /// A success answered while partitioned, a hang, or an unclear error.
     pub bad: bool,
 }
@@ -164,6 +166,22 @@ impl Run {
     pub async fn await_probes(&mut self) {
         for p in self.probes.drain(..) {
             self.probed.push(p.await.expect("a probe panicked"));
+        }
+    }
+
+    /// Accepts the successes of the probes awaited so far: a scenario calls it when
+    /// the cluster elected a leader during them that the probed servers can reach (a
+    /// one-way partition cuts a follower off from one leader, not from a quorum).
+    /// Hangs and unclear errors stay failures.
+    pub fn accept_probe_successes(&mut self) {
+        for p in &mut self.probed {
+            if p.ok {
+                eprintln!(
+                    "{}: a new leader was elected during the probes; the {} probe's success is accepted",
+                    self.name, p.what
+                );
+                p.bad = false;
+            }
         }
     }
 
@@ -394,6 +412,7 @@ async fn probe(
         answer,
         took,
         while_partitioned,
+        ok,
         bad,
     }
 }

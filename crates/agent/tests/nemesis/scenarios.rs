@@ -355,7 +355,14 @@ async fn a_follower_that_cannot_reach_the_leader_answers_within_its_bounds() {
         Some(l),
         "the follower still hears the leader"
     );
+    let term = run.cluster.term_seen_by(follower);
     run.probe(&[follower]);
     run.await_probes().await;
+    // On a loaded machine the leader's heartbeats can come late enough for the third
+    // server to win an election; the follower reaches that leader, and its probes may
+    // then rightly succeed.
+    if run.cluster.term_seen_by(follower) != term {
+        run.accept_probe_successes();
+    }
     run.finish().await;
 }
