@@ -1,7 +1,12 @@
 //! Write transactions: one at a time, on a private copy of the root, published whole
 //! on commit or dropped without a trace.
 
+mod change;
 mod insert_many;
+mod publish;
+
+pub use change::{Change, ChangeKind, CommitInfo};
+pub(crate) use publish::Fire;
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -9,11 +14,8 @@ use std::sync::Arc;
 
 use super::database::Shared;
 use super::reclaim::{WriterLock, retire_all};
-use super::registry::Registry;
 use super::root::Root;
-use super::schema::Schema;
 use super::schema::{Row, Table, TableDef, TableId};
-use super::staged::Staged;
 use super::view::{View, downcast};
 use super::{Error, Key, Result};
 
@@ -49,77 +51,6 @@ type Undo = ((TableId, Key), Option<Record>);
 pub struct Savepoint {
     root: Option<Root>,
     journal_len: usize,
-}
-
-/// What a commit changed in one row: collapsed per (table, primary key), so a row
-/// inserted and deleted in the same transaction does not appear.
-#[derive(Clone)]
-pub struct Change {
-    table: Arc<str>,
-    key: Key,
-    before: Option<Row>,
-    after: Option<Row>,
-}
-
-impl std::fmt::Debug for Change {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Change")
-            .field("table", &self.table)
-            .field("key", &self.key)
-            .field("kind", &self.kind())
-            .finish()
-    }
-}
-
-/// Whether a change created, replaced or removed its row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    /// The row did not exist before.
-    Insert,
-    /// The row was replaced.
-    Update,
-    /// The row was removed.
-    Delete,
-}
-
-impl Change {
-    /// The table's name.
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-
-    /// The row's primary key.
-    pub fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// Insert, update or delete.
-    pub fn kind(&self) -> ChangeKind {
-        match (&self.before, &self.after) {
-            (None, _) => ChangeKind::Insert,
-            (Some(_), Some(_)) => ChangeKind::Update,
-            (Some(_), None) => ChangeKind::Delete,
-        }
-    }
-
-    /// The row before the transaction, as `V` (`None` if absent or of another type).
-    pub fn before<V: Any + Send + Sync>(&self) -> Option<Arc<V>> {
-        self.before.as_ref().and_then(downcast)
-    }
-
-    /// The row after the transaction, as `V` (`None` if deleted or of another type).
-    pub fn after<V: Any + Send + Sync>(&self) -> Option<Arc<V>> {
-        self.after.as_ref().and_then(downcast)
-    }
-}
-
-/// The result of a commit.
-#[derive(Debug, Clone)]
-pub struct CommitInfo {
-    /// The log index committed.
-    pub index: u64,
-    /// Every row changed, in (table, key) order.
-    pub changes: Vec<Change>,
 }
 
 /// Sets the row at primary key `key` of `table` from `now` back to `was`, index
@@ -556,81 +487,5 @@ impl WriteTxn {
             changes,
         };
         (shared, writer, root, fire)
-    }
-}
-
-/// What publishing one version fires: its changes, by table.
-pub(crate) struct Fire {
-    restore: bool,
-    changed_tables: Vec<bool>,
-    change_tables: Vec<TableId>,
-    pub(crate) changes: Vec<Change>,
-}
-
-impl Shared {
-    /// Publishes the versions `take` takes from the staged queue, in order (each
-    /// includes the ones before it; readers end on the last), then fires the watches of
-    /// each, in order, under the registry lock. The swaps happen under the staged
-    /// queue's lock, so two publishers can never leave readers on an older version.
-    /// Returns the superseded versions, for the caller to drop once it has released
-    /// the writer lock, and the fire lists.
-    pub(crate) fn publish(
-        &self,
-        take: impl FnOnce(&mut Staged) -> Vec<(Arc<Root>, Fire)>,
-    ) -> (Vec<Arc<Root>>, Vec<Fire>) {
-        let mut staged = self.staged.lock();
-        let versions = take(&mut staged);
-        let mut superseded = Vec::with_capacity(versions.len());
-        let mut fires = Vec::with_capacity(versions.len());
-        let mut newest = None;
-        for (root, fire) in versions {
-            // Only the newest is swapped in (each includes the ones before it); the
-            // others were never visible and go with the superseded.
-            superseded.extend(newest.replace(root));
-            fires.push(fire);
-        }
-        if let Some(root) = newest {
-            superseded.push(self.current.swap(root));
-        }
-        drop(staged);
-        if let Some(root) = superseded.first() {
-            let schema = Arc::clone(&root.schema);
-            let registry = self.registry.lock();
-            for fire in &fires {
-                fire_watches(&registry, &schema, fire);
-            }
-        }
-        (superseded, fires)
-    }
-}
-
-fn fire_watches(registry: &Registry, schema: &Schema, fire: &Fire) {
-    if fire.restore {
-        registry.fire_all();
-        return;
-    }
-    let mut keys = Vec::new();
-    for (table, changed) in fire.changed_tables.iter().enumerate() {
-        if *changed && registry.watches_table(table) {
-            registry.fire_table(table);
-        }
-    }
-    for (change, &table) in fire.changes.iter().zip(&fire.change_tables) {
-        if !registry.watches_table(table) {
-            continue;
-        }
-        let def = &schema.tables[table];
-        registry.fire_key(table, 0, &change.key);
-        for map in 1..=def.indexes.len() {
-            keys.clear();
-            for row in change.before.iter().chain(change.after.iter()) {
-                def.map_keys(map, row, &mut keys);
-            }
-            keys.sort_unstable();
-            keys.dedup();
-            for k in &keys {
-                registry.fire_key(table, map, k);
-            }
-        }
     }
 }
