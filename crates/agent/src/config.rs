@@ -219,21 +219,40 @@ pub struct Limits {
     pub body_timeout: Duration,
     /// The largest write (`POST /v1/commands`) body.
     pub write_body_bytes: usize,
-    /// Bytes of request bodies held at once, over all requests (writes, operator
-    /// calls, Raft RPCs).
+    /// Bytes of clients' request bodies held at once, over all requests (writes,
+    /// operator calls), counted as they arrive: a client that claims a large body
+    /// and sends it slowly holds only what it sent.
     pub body_bytes_in_flight: usize,
+    /// Of those, what one client (an address, an IPv6 /64, a token) may hold.
+    pub body_bytes_per_client: usize,
+    /// Bytes of Raft RPC bodies held at once: the servers' own budget, taken only
+    /// once a request proved it comes from a server, never counted under the
+    /// clients' budget.
+    pub raft_body_bytes: usize,
     /// Blocking queries waiting at once.
     pub blocking_queries: usize,
     /// Event streams open at once.
     pub event_streams: usize,
     /// Snapshot downloads (`GET /v1/operator/snapshot`) at once.
     pub snapshot_downloads: usize,
+    /// Scans (lists, filters: reads whose work grows with a table) running at once,
+    /// each on a thread of its own off the async workers.
+    pub scan_threads: usize,
+    /// Scans one client (address or token) may have running or waiting.
+    pub scans_per_client: usize,
+    /// How long a scan waits for a thread before it is answered 503 `Busy`.
+    pub scan_queue_wait: Duration,
+    /// The time one scan may take; past it, 422 `BudgetExceeded`.
+    pub scan_budget: Duration,
 }
 
 impl Default for Limits {
     /// 100 connections per client, 16,384 in all, 10 s for a request head (and to
-    /// idle), 30 s for a body, 16 MiB per write, 512 MiB of bodies in flight, 16,384
-    /// blocking queries, 1,024 event streams, 2 snapshot downloads.
+    /// idle), 30 s for a body, 16 MiB per write, 512 MiB of clients' bodies in
+    /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 16,384
+    /// blocking queries, 1,024 event streams, 2 snapshot downloads; scans on half
+    /// the cores (at least one), 2 per client, waiting at most 5 s for a thread,
+    /// 2 s each.
     fn default() -> Self {
         Limits {
             conns_per_client: 100,
@@ -242,9 +261,15 @@ impl Default for Limits {
             body_timeout: Duration::from_secs(30),
             write_body_bytes: 16 << 20,
             body_bytes_in_flight: 512 << 20,
+            body_bytes_per_client: 64 << 20,
+            raft_body_bytes: 256 << 20,
             blocking_queries: 16_384,
             event_streams: 1_024,
             snapshot_downloads: 2,
+            scan_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            scans_per_client: 2,
+            scan_queue_wait: Duration::from_secs(5),
+            scan_budget: Duration::from_secs(2),
         }
     }
 }
@@ -256,6 +281,10 @@ impl Limits {
             ("conns", self.conns),
             ("write_body_bytes", self.write_body_bytes),
             ("body_bytes_in_flight", self.body_bytes_in_flight),
+            ("body_bytes_per_client", self.body_bytes_per_client),
+            ("raft_body_bytes", self.raft_body_bytes),
+            ("scan_threads", self.scan_threads),
+            ("scans_per_client", self.scans_per_client),
             ("blocking_queries", self.blocking_queries),
             ("event_streams", self.event_streams),
             ("snapshot_downloads", self.snapshot_downloads),
@@ -268,6 +297,8 @@ impl Limits {
         for (name, value) in [
             ("header_read_timeout", self.header_read_timeout),
             ("body_timeout", self.body_timeout),
+            ("scan_queue_wait", self.scan_queue_wait),
+            ("scan_budget", self.scan_budget),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::ZeroLimit(name));

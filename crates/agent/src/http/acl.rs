@@ -9,13 +9,13 @@
 use std::time::Duration;
 
 use axum::Extension;
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::model::{AclScope, AclToken};
 use schedstate::state::Command;
 
+use super::body::ClientBody;
 use super::body::read_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
@@ -73,7 +73,7 @@ pub(crate) async fn bootstrap(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     if !st.acl {
         return acl_off().into_response();
@@ -137,7 +137,7 @@ pub(crate) async fn create(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     if !st.acl {
         return acl_off().into_response();

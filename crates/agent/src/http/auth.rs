@@ -21,12 +21,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use schedstate::model::AclScope;
 
-use super::AppState;
 use super::error::ApiError;
+use super::{AppState, Connection};
 use crate::api::TOKEN_HEADER;
-use crate::service::AuthError;
+use crate::service::{AuthError, ClientKeys};
 
-pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn guard(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     if let Some(why) = st.fatal.get() {
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -51,7 +51,18 @@ pub(crate) async fn guard(State(st): State<AppState>, req: Request, next: Next) 
         )
         .into_response();
     }
+    // Who the request counts against, by address until a token is checked.
+    let keys = ClientKeys::new(peer_of(&req), None);
+    req.extensions_mut().insert(keys);
     next.run(req).await
+}
+
+/// The address of the request's client (unspecified for a request that came through
+/// no connection of ours: the router driven directly).
+fn peer_of(req: &Request) -> std::net::IpAddr {
+    req.extensions()
+        .get::<Connection>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |c| c.peer)
 }
 
 /// The `region=` a request names, if any (empty: none, as Nomad's clients send it
@@ -83,6 +94,9 @@ pub(crate) async fn require(
     };
     match st.authorize(given_token(req.headers()), scope) {
         Ok(caller) => {
+            let accessor = caller.token.as_ref().map(|t| t.accessor_id.to_string());
+            let keys = ClientKeys::new(peer_of(&req), accessor.as_deref());
+            req.extensions_mut().insert(keys);
             req.extensions_mut().insert(caller);
             next.run(req).await
         }

@@ -1,16 +1,42 @@
 //! Reading a request body without trusting the sender: the content type checked, the
 //! claimed length checked against the route's limit *before* a byte is read, room for
-//! the body taken from the agent's budget of bytes in flight (429 when it is spent),
-//! the limit enforced again while reading (a chunked body has no claim), and the whole
+//! the body taken from the agent's budget of bytes in flight *as the bytes arrive*
+//! (a claim reserves nothing: a client that claims 16 MiB and sends one byte holds
+//! one byte) and within the client's share of it (429 when either is spent), the
+//! limit enforced again while reading (a chunked body has no claim), and the whole
 //! body due within the body timeout. Every route that reads a body goes through
-//! [`read_body`].
+//! [`read_body`]; the Raft route reads with the servers' own budget.
 
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, StatusCode, header};
+use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
-use crate::service::{BodyPermit, Service};
+use crate::service::{BodyPermit, ClientKeys, Service};
+
+/// A request's body with who sent it: what its bytes count against.
+pub(crate) struct ClientBody {
+    pub client: ClientKeys,
+    pub body: Body,
+}
+
+impl<S: Send + Sync> FromRequest<S> for ClientBody {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let client = req
+            .extensions()
+            .get::<ClientKeys>()
+            .cloned()
+            .unwrap_or_else(|| ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None));
+        Ok(ClientBody {
+            client,
+            body: req.into_body(),
+        })
+    }
+}
 
 /// What a route accepts.
 pub(crate) struct BodyRule {
@@ -92,11 +118,12 @@ const DRAIN_FACTOR: u64 = 2;
 pub(crate) async fn read_body(
     st: &Service,
     headers: &HeaderMap,
-    body: Body,
+    body: ClientBody,
     rule: &BodyRule,
 ) -> Result<ReadBody, ApiError> {
-    let claimed = match check_head(headers, rule) {
-        Ok(c) => c,
+    let ClientBody { client, body } = body;
+    match check_head(headers, rule) {
+        Ok(_) => {}
         Err(e) => {
             let claimed = content_length(headers).ok().flatten().unwrap_or(0);
             if e.status == StatusCode::PAYLOAD_TOO_LARGE
@@ -106,13 +133,12 @@ pub(crate) async fn read_body(
             }
             return Err(e);
         }
-    };
-    read_checked(st, claimed, body, rule.limit).await
+    }
+    read_checked(st, st.gates.client_body(&client), body, rule.limit).await
 }
 
 /// Reads `body` to its end and drops every piece, within the body timeout.
 async fn drain(st: &Service, body: Body) {
-    use http_body_util::BodyExt;
     let mut body = body;
     let _ = tokio::time::timeout(st.limits.body_timeout, async {
         while let Some(Ok(_)) = body.frame().await {}
@@ -120,20 +146,18 @@ async fn drain(st: &Service, body: Body) {
     .await;
 }
 
-/// Reads a body whose head [`check_head`] (or the caller) already checked.
+/// Reads a body whose head [`check_head`] (or the caller) already checked, holding
+/// room for each piece in `permit` before it is kept.
 pub(crate) async fn read_checked(
     st: &Service,
-    claimed: Option<u64>,
+    mut permit: BodyPermit,
     body: Body,
     limit: usize,
 ) -> Result<ReadBody, ApiError> {
-    // A body without a claim may grow to the limit: budget for all of it.
-    let budget = claimed.map_or(limit, |n| n as usize);
-    let permit = st
-        .gates
-        .body(budget)
-        .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
-    let read = tokio::time::timeout(st.limits.body_timeout, axum::body::to_bytes(body, limit));
+    let read = tokio::time::timeout(
+        st.limits.body_timeout,
+        collect(st, &mut permit, body, limit),
+    );
     let bytes = match read.await {
         Err(_) => {
             return Err(ApiError::new(
@@ -145,22 +169,52 @@ pub(crate) async fn read_checked(
                 ),
             ));
         }
-        Ok(Err(e)) => {
-            // The limit, or the client broke off.
-            let over = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            return Err(if over {
-                too_large(limit)
-            } else {
-                ApiError::bad_request(format!("reading the body: {e}"))
-            });
-        }
-        Ok(Ok(b)) => b,
+        Ok(read) => read?,
     };
     Ok(ReadBody {
         bytes,
         _permit: permit,
     })
+}
+
+/// The body's pieces, each counted in `permit` as it arrives, up to `limit`.
+/// Nothing is allocated from what the client claims: the buffer grows with what it
+/// sent.
+async fn collect(
+    st: &Service,
+    permit: &mut BodyPermit,
+    mut body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if len.saturating_add(data.len()) > limit {
+            return Err(too_large(limit));
+        }
+        permit
+            .grow(data.len())
+            .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
+        len += data.len();
+        // One piece (most bodies) is kept as it came; more are joined.
+        match first.take() {
+            None if more.is_empty() => first = Some(data),
+            Some(f) => {
+                more.extend_from_slice(&f);
+                more.extend_from_slice(&data);
+            }
+            None => more.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(more)))
 }
 
 /// The largest body of the small JSON requests (ACL, node updates).
@@ -171,7 +225,7 @@ pub(crate) const SMALL_BODY_BYTES: usize = 16 << 10;
 pub(crate) async fn read_json<T: DeserializeOwned + Default>(
     st: &Service,
     headers: &HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Result<T, ApiError> {
     let empty_claim = headers
         .get(header::CONTENT_LENGTH)
@@ -196,7 +250,7 @@ pub(crate) async fn read_json<T: DeserializeOwned + Default>(
 pub(crate) async fn read_write_json<T: DeserializeOwned>(
     st: &Service,
     headers: &HeaderMap,
-    body: Body,
+    body: ClientBody,
     what: &str,
     example: &str,
 ) -> Result<T, ApiError> {

@@ -18,7 +18,6 @@
 //! Nomad's `JobRegisterResponse` / `JobDeregisterResponse` without an evaluation (the
 //! store schedules nothing): `EvalID` is empty.
 
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -26,12 +25,13 @@ use schedstate::model::Job;
 use schedstate::state::{Command, Table};
 use serde::Deserialize;
 
+use super::body::ClientBody;
 use super::body::read_write_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
 use super::listing::Listing;
 use super::query::{Checked, Params};
-use super::reads::{Item, absent, blocking, index_of, namespace_of, unreachable_missing};
+use super::reads::{Item, absent, blocking, index_of, namespace_of, scan};
 use super::writes::commit;
 use super::{AppState, json};
 use crate::api::nomad::{NomadAllocListStub, NomadJob, NomadJobListStub, nullable};
@@ -66,24 +66,27 @@ pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Res
         Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
-    blocking(&st, &p, unreachable_missing, |v| {
+    scan(&st, &p, |v, budget| {
         let jobs: Box<dyn Iterator<Item = _>> = match &namespace {
             Some(ns) => Box::new(v.jobs_in_namespace(ns)),
             None => Box::new(v.jobs()),
         };
-        let page = list.cut(jobs.map(|j| {
-            let item = if full {
-                Item::Full(NomadJob::from(&*j))
-            } else {
-                Item::Stub(NomadJobListStub::from(&*j))
-            };
-            (j.id.to_string(), format!("{}/{}", j.namespace, j.id), item)
-        }));
-        (
+        let page = list.cut(
+            budget,
+            jobs.map(|j| {
+                let item = if full {
+                    Item::Full(NomadJob::from(&*j))
+                } else {
+                    Item::Stub(NomadJobListStub::from(&*j))
+                };
+                (j.id.to_string(), format!("{}/{}", j.namespace, j.id), item)
+            }),
+        )?;
+        Ok((
             v.table_index(Table::Jobs),
             Some(page.items),
             page.next_token,
-        )
+        ))
     })
     .await
 }
@@ -150,7 +153,7 @@ struct RegisterRequest {
 async fn read_register(
     st: &Service,
     headers: &HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Result<RegisterRequest, ApiError> {
     read_write_json(
         st,
@@ -200,7 +203,7 @@ async fn register_job(
     path_id: Option<&str>,
     p: &Params,
     headers: &HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     let job = match read_register(st, headers, body)
         .await
@@ -238,7 +241,7 @@ pub(crate) async fn register(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     register_job(&st, &key, None, &p, &headers, body).await
 }
@@ -250,7 +253,7 @@ pub(crate) async fn register_at(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     register_job(&st, &key, Some(&id), &p, &headers, body).await
 }

@@ -6,9 +6,15 @@
 
 use serde::Serialize;
 
+use super::blocking::over_budget;
 use super::error::ApiError;
 use super::query::Params;
+use crate::service::Budget;
 use schedstate_filter::Filter;
+
+/// How many items a list goes through between two looks at its budget (a look is a
+/// clock read: cheap, but not free per item).
+const BUDGET_EVERY: usize = 32;
 
 /// A page of a list and the token of the next one.
 pub(crate) struct Page<T> {
@@ -51,20 +57,42 @@ impl Listing {
 
     /// Cuts `items` — `(id, key, item)` in key order — as asked: `id` is what
     /// `prefix` matches, `key` the item's position for pagination (the id, or
-    /// `namespace/id`).
+    /// `namespace/id`). Checks `budget` every [`BUDGET_EVERY`] items; in key order
+    /// with `per_page`, stops once the page and the next page's first item are
+    /// found, so a page costs what it skips and holds, not the whole table.
+    ///
+    /// # Errors
+    /// 422 `BudgetExceeded` when the budget is spent before the list is cut.
     pub(crate) fn cut<T: Serialize>(
         &self,
+        budget: &Budget,
         items: impl Iterator<Item = (String, String, T)>,
-    ) -> Page<T> {
-        let mut kept: Vec<(String, T)> = items
-            .filter(|(id, _, _)| self.prefix.as_deref().is_none_or(|p| id.starts_with(p)))
-            .filter(|(_, _, item)| {
-                self.filter
-                    .as_ref()
-                    .is_none_or(|f| serde_json::to_value(item).is_ok_and(|v| f.matches(&v)))
-            })
-            .map(|(_, key, item)| (key, item))
-            .collect();
+    ) -> Result<Page<T>, ApiError> {
+        let forward_page = if self.reverse { None } else { self.per_page };
+        let mut kept: Vec<(String, T)> = Vec::new();
+        for (seen, (id, key, item)) in items.enumerate() {
+            if seen % BUDGET_EVERY == BUDGET_EVERY - 1 && budget.spent() {
+                return Err(over_budget(budget, seen + 1));
+            }
+            if self.prefix.as_deref().is_some_and(|p| !id.starts_with(p)) {
+                continue;
+            }
+            // In key order, what comes before the page's token is not read further.
+            if forward_page.is_some()
+                && self.next_token.as_deref().is_some_and(|t| key.as_str() < t)
+            {
+                continue;
+            }
+            if let Some(f) = &self.filter
+                && !serde_json::to_value(&item).is_ok_and(|v| f.matches(&v))
+            {
+                continue;
+            }
+            kept.push((key, item));
+            if forward_page.is_some_and(|n| kept.len() > n) {
+                break;
+            }
+        }
         if self.reverse {
             kept.reverse();
         }
@@ -88,9 +116,9 @@ impl Listing {
             next_token = Some(kept[n].0.clone());
             kept.truncate(n);
         }
-        Page {
+        Ok(Page {
             items: kept.into_iter().map(|(_, item)| item).collect(),
             next_token,
-        }
+        })
     }
 }

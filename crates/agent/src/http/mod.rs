@@ -10,6 +10,7 @@
 //! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
 //! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
 //! | `body.rs` | reading a body: content type, claimed and real size, budget, timeout |
+//! | `blocking.rs` | every read as a blocking query; lists as scans (off the workers, budgeted) |
 //! | `reads.rs` | `GET` of nodes, allocations, plugins, volumes — all blocking queries |
 //! | `jobs.rs` | jobs: `GET` (blocking), register, stop and purge in Nomad's shapes |
 //! | `node_writes.rs`, `volume_writes.rs` | the node, allocation and volume writes Nomad's clients make |
@@ -25,6 +26,7 @@
 
 mod acl;
 mod auth;
+mod blocking;
 mod body;
 mod consistency;
 mod error;

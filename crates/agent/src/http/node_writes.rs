@@ -6,13 +6,13 @@
 //! `NodeEligibilityUpdateResponse`/`NodeDrainUpdateResponse` (no evaluations: the store
 //! schedules nothing).
 
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::state::Command;
 use serde::Deserialize;
 
+use super::body::ClientBody;
 use super::body::read_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
@@ -50,7 +50,7 @@ pub(crate) async fn eligibility(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     let request: EligibilityRequest = match read_json(&st, &headers, body).await {
         Ok(r) => r,
@@ -82,7 +82,7 @@ pub(crate) async fn drain(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     let request: DrainRequest = match read_json(&st, &headers, body).await {
         Ok(r) => r,

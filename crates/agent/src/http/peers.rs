@@ -7,11 +7,11 @@
 //! [`PeerChangeDone`](crate::api::PeerChangeDone). The consistency layer in front
 //! sends it to the leader.
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::body::ClientBody;
 use super::body::{BodyRule, read_body};
 use super::error::ApiError;
 use super::{AppState, json};
@@ -56,7 +56,7 @@ fn check_address(address: &str) -> Result<(), ApiError> {
 pub(crate) async fn change_peer(
     State(st): State<AppState>,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     match change(&st, &headers, body).await {
         Ok(r) => r,
@@ -67,7 +67,7 @@ pub(crate) async fn change_peer(
 async fn change(
     st: &crate::service::Service,
     headers: &HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Result<Response, ApiError> {
     let body = read_body(st, headers, body, &RULE).await?;
     let change: PeerChange = serde_json::from_slice(&body.bytes).map_err(|e| {

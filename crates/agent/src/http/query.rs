@@ -53,6 +53,8 @@ pub struct Params {
     /// Not a parameter: the request's connection can park a blocking read's wait
     /// (`park.rs`).
     pub park: Option<super::park::ParkOffer>,
+    /// Not a parameter: who the request counts against (its address, its token).
+    pub client: Option<crate::service::ClientKeys>,
 }
 
 /// The query parameters of a request, parsed; a handler that takes a `Checked` runs
@@ -66,6 +68,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Checked {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let mut p = parse(parts.uri.query())?;
         p.park = parts.extensions.get::<super::park::ParkOffer>().cloned();
+        p.client = parts
+            .extensions
+            .get::<crate::service::ClientKeys>()
+            .cloned();
         Ok(Checked(p))
     }
 }

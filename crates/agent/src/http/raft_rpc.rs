@@ -110,7 +110,8 @@ async fn answer(
         }
     };
     check_head(headers, &RULE)?;
-    let read = read_checked(st, claimed, body, RULE.limit).await?;
+    // Authenticated by its head (and certificate): the servers' own budget.
+    let read = read_checked(st, st.gates.raft_body(), body, RULE.limit).await?;
     if let (Some(key), Some(head)) = (&st.cluster_key, &signed) {
         key.verify_body(head, &read.bytes)
             .map_err(|e| refused(&e))?;

@@ -12,170 +12,23 @@
 //! answer Nomad's list stubs, or whole objects with schedstate's `?full`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::model::CsiVolume;
-use schedstate::state::{StateView, Table};
-use schedstate::{QueryOptions, WatchSet};
+use schedstate::state::Table;
 use serde::Serialize;
 
+use super::AppState;
+pub(super) use super::blocking::{absent, blocking, index_of, scan};
 use super::error::ApiError;
 use super::listing::Listing;
-use super::park::{Parked, ParkedWait, Place, Waiting};
 use super::query::{Checked, Params};
-use super::{AppState, json};
 use crate::api::nomad::{
     NomadAllocListStub, NomadAllocation, NomadCsiPlugin, NomadCsiPluginListStub, NomadCsiVolume,
     NomadCsiVolumeListStub, NomadNode, NomadNodeListStub,
 };
-use crate::api::{NOMAD_NEXT_TOKEN_HEADER, redact};
-use crate::service::Service;
-
-/// What a read found: the value (`None`: 404) and, for a page of a list, the token
-/// of the next page.
-type Found<T> = (u64, Option<T>, Option<String>);
-
-/// Runs `read` as a blocking query with the request's `index` and `wait`; `None`
-/// from it is a 404 of `missing`. When the request's connection offers to park the
-/// wait (`park.rs`), one round: the answer, or a [`Parked`] mark to wait on.
-pub(super) async fn blocking<T: Serialize>(
-    st: &AppState,
-    p: &Params,
-    missing: impl Fn() -> ApiError,
-    mut read: impl FnMut(StateView<'_>) -> Found<T>,
-) -> Response {
-    let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
-    let opts = QueryOptions::new(p.index, wait);
-    let place = p.park.as_ref().and_then(|o| o.place.as_ref());
-    let waiting = if p.index > 0 {
-        match Place::take_or_new(place, st) {
-            Ok(w) => Some(w),
-            Err(e) => return e.into_response(),
-        }
-    } else {
-        None
-    };
-    let waiting = match (&p.park, waiting) {
-        (Some(offer), Some(waiting)) => {
-            return park_round(st, p, opts, offer.deadline, waiting, missing, read);
-        }
-        (_, waiting) => waiting,
-    };
-    let _waiting = waiting;
-    let mut stopping = st.stopping.clone();
-    let mut next_token = None;
-    let answered = {
-        let query = st.server.reader().blocking_query_async(
-            opts,
-            tokio::time::sleep,
-            |v: StateView<'_>| {
-                let (index, value, next) = read(v);
-                let index = at_least_one(&v, index);
-                // An answer that does not end the query is dropped here, not held
-                // while the query waits: a waiting query keeps its watch set and its
-                // index, and reads once more if its wait runs out.
-                if !opts.is_answered_by(index) {
-                    return (index, None);
-                }
-                next_token = next;
-                (index, Some(value))
-            },
-        );
-        tokio::select! {
-            a = query => a.value.map(|value| (a.index, value)),
-            // The agent is stopping: answer now with what is there.
-            _ = stopping.wait_for(|s| *s) => None,
-        }
-    };
-    let (index, value) = match answered {
-        Some(a) => a,
-        // The wait ran out (or the agent is stopping): what is there now.
-        None => {
-            let snapshot = st.server.read_stale();
-            let (index, value, next) = read(snapshot.view());
-            next_token = next;
-            (at_least_one(&snapshot.view(), index), value)
-        }
-    };
-    answer(st, p, index, value, next_token, missing)
-}
-
-/// One round of a parked blocking read: it reads with a watch set; answered (or its
-/// wait over, or the agent stopping), the answer; otherwise a [`Parked`] mark with
-/// the watch set, the deadline and `waiting`. The value read is dropped either way
-/// before the mark is made: a parked read keeps no rows.
-fn park_round<T: Serialize>(
-    st: &AppState,
-    p: &Params,
-    opts: QueryOptions,
-    deadline: Option<Instant>,
-    waiting: Waiting,
-    missing: impl Fn() -> ApiError,
-    mut read: impl FnMut(StateView<'_>) -> Found<T>,
-) -> Response {
-    let deadline = deadline.unwrap_or_else(|| Instant::now() + opts.effective_wait());
-    let watch = WatchSet::new();
-    let snapshot = st.server.reader().snapshot();
-    let (index, value, next) = read(snapshot.watched(&watch));
-    let index = at_least_one(&snapshot.view(), index);
-    drop(snapshot);
-    if opts.is_answered_by(index) || Instant::now() >= deadline || *st.stopping.borrow() {
-        drop(waiting);
-        return answer(st, p, index, value, next, missing);
-    }
-    drop(value);
-    Parked::response(ParkedWait {
-        watch,
-        deadline,
-        waiting,
-    })
-}
-
-/// The answer to a read: the value as JSON with its index, or `missing` (a 404)
-/// with the index of the absence.
-fn answer<T: Serialize>(
-    st: &Service,
-    p: &Params,
-    index: u64,
-    value: Option<T>,
-    next_token: Option<String>,
-    missing: impl Fn() -> ApiError,
-) -> Response {
-    match value {
-        Some(value) => {
-            let mut resp = json(st, StatusCode::OK, index, &value, p.pretty);
-            if let Some(token) = next_token.and_then(|t| HeaderValue::from_str(&t).ok()) {
-                resp.headers_mut().insert(NOMAD_NEXT_TOKEN_HEADER, token);
-            }
-            resp
-        }
-        None => {
-            let mut resp = missing().into_response();
-            super::with_index(st, &mut resp, index);
-            resp
-        }
-    }
-}
-
-/// An answer's index raised to 1 once the store holds anything, as Nomad does: a
-/// client that blocks with 0 is answered at once, so an empty table or a row never
-/// deleted (index 0) would make it poll in a loop. Safe: every later write is above
-/// 1, so the raised index still moves when the answer changes.
-fn at_least_one(v: &StateView<'_>, index: u64) -> u64 {
-    index.max(v.last_applied().min(1))
-}
-
-/// The index of a row that is not there: its table's delete index (raised to 1).
-pub(super) fn absent(v: &StateView<'_>, table: Table) -> u64 {
-    at_least_one(v, v.delete_index(table))
-}
-
-pub(super) fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
-    tables.iter().map(|t| v.table_index(*t)).max().unwrap_or(0)
-}
+use crate::api::redact;
 
 /// A list item in Nomad's stub shape, or whole with `?full` (schedstate's own
 /// parameter, which its client and CLI use).
@@ -202,30 +55,25 @@ pub(crate) async fn nodes(State(st): State<AppState>, Checked(p): Checked) -> Re
         Err(e) => return e.into_response(),
     };
     let full = p.full;
-    blocking(&st, &p, unreachable_missing, |v| {
-        let page = list.cut(v.nodes().map(|n| {
-            let item = if full {
-                Item::Full(NomadNode::from(&*n))
-            } else {
-                Item::Stub(NomadNodeListStub::from(&*n))
-            };
-            (n.id.to_string(), n.id.to_string(), item)
-        }));
-        (
+    scan(&st, &p, |v, budget| {
+        let page = list.cut(
+            budget,
+            v.nodes().map(|n| {
+                let item = if full {
+                    Item::Full(NomadNode::from(&*n))
+                } else {
+                    Item::Stub(NomadNodeListStub::from(&*n))
+                };
+                (n.id.to_string(), n.id.to_string(), item)
+            }),
+        )?;
+        Ok((
             v.table_index(Table::Nodes),
             Some(page.items),
             page.next_token,
-        )
+        ))
     })
     .await
-}
-
-pub(super) fn unreachable_missing() -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "Internal",
-        "a list is never missing",
-    )
 }
 
 pub(crate) async fn node(
@@ -281,8 +129,9 @@ pub(crate) async fn allocations(State(st): State<AppState>, Checked(p): Checked)
         Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
-    blocking(&st, &p, unreachable_missing, |v| {
+    scan(&st, &p, |v, budget| {
         let page = list.cut(
+            budget,
             v.allocs()
                 .filter(|a| namespace.as_deref().is_none_or(|ns| *a.namespace == *ns))
                 .map(|a| {
@@ -293,12 +142,12 @@ pub(crate) async fn allocations(State(st): State<AppState>, Checked(p): Checked)
                     };
                     (a.id.to_string(), a.id.to_string(), item)
                 }),
-        );
-        (
+        )?;
+        Ok((
             v.table_index(Table::Allocs),
             Some(page.items),
             page.next_token,
-        )
+        ))
     })
     .await
 }
@@ -326,20 +175,23 @@ pub(crate) async fn plugins(State(st): State<AppState>, Checked(p): Checked) -> 
         Err(e) => return e.into_response(),
     };
     let full = p.full;
-    blocking(&st, &p, unreachable_missing, |v| {
-        let page = list.cut(v.csi_plugins().map(|plugin| {
-            let item = if full {
-                Item::Full(NomadCsiPlugin::from(&*plugin))
-            } else {
-                Item::Stub(NomadCsiPluginListStub::from(&*plugin))
-            };
-            (plugin.id.to_string(), plugin.id.to_string(), item)
-        }));
-        (
+    scan(&st, &p, |v, budget| {
+        let page = list.cut(
+            budget,
+            v.csi_plugins().map(|plugin| {
+                let item = if full {
+                    Item::Full(NomadCsiPlugin::from(&*plugin))
+                } else {
+                    Item::Stub(NomadCsiPluginListStub::from(&*plugin))
+                };
+                (plugin.id.to_string(), plugin.id.to_string(), item)
+            }),
+        )?;
+        Ok((
             v.table_index(Table::CsiPlugins),
             Some(page.items),
             page.next_token,
-        )
+        ))
     })
     .await
 }
@@ -371,7 +223,7 @@ pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> 
     };
     let prefix = p.prefix.clone().unwrap_or_default();
     let (full, namespace) = (p.full, namespace_of(&p));
-    blocking(&st, &p, unreachable_missing, |v| {
+    scan(&st, &p, |v, budget| {
         let stored: Vec<Arc<CsiVolume>> = match &namespace {
             Some(ns) => v.csi_volumes_by_prefix(ns, &prefix).collect(),
             None if prefix.is_empty() => v.csi_volumes().collect(),
@@ -381,25 +233,28 @@ pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> 
                 all
             }
         };
-        let page = list.cut(stored.iter().map(|vol| {
-            let mut d = v.denormalize_csi_volume(vol);
-            redact(&mut d);
-            let item = if full {
-                Item::Full(NomadCsiVolume::from(&d))
-            } else {
-                Item::Stub(NomadCsiVolumeListStub::from(&d))
-            };
-            (
-                vol.id.to_string(),
-                format!("{}/{}", vol.namespace, vol.id),
-                item,
-            )
-        }));
-        (
+        let page = list.cut(
+            budget,
+            stored.iter().map(|vol| {
+                let mut d = v.denormalize_csi_volume(vol);
+                redact(&mut d);
+                let item = if full {
+                    Item::Full(NomadCsiVolume::from(&d))
+                } else {
+                    Item::Stub(NomadCsiVolumeListStub::from(&d))
+                };
+                (
+                    vol.id.to_string(),
+                    format!("{}/{}", vol.namespace, vol.id),
+                    item,
+                )
+            }),
+        )?;
+        Ok((
             index_of(&v, &[Table::CsiVolumes, Table::CsiPlugins, Table::Allocs]),
             Some(page.items),
             page.next_token,
-        )
+        ))
     })
     .await
 }

@@ -92,6 +92,10 @@ pub(crate) async fn serve(
 pub(crate) struct Connection {
     /// The peer's role (`Anonymous` without TLS or without a certificate).
     pub role: PeerRole,
+    /// The peer's address: what its requests count against ([`ClientKeys`]).
+    ///
+    /// [`ClientKeys`]: crate::service::ClientKeys
+    pub peer: std::net::IpAddr,
 }
 
 /// One connection's future, boxed: the connection's task lives as long as the
@@ -113,6 +117,7 @@ fn serve_one(
         None => {
             let conn = Connection {
                 role: PeerRole::Anonymous,
+                peer: peer.ip(),
             };
             Box::pin(serve_conn(
                 http.clone(),
@@ -168,7 +173,10 @@ async fn serve_tls(
         }
     };
     let role = tls.peer_role(stream.get_ref().1.peer_certificates());
-    let conn = Connection { role };
+    let conn = Connection {
+        role,
+        peer: peer.ip(),
+    };
     let head_timeout = st.limits.header_read_timeout;
     drop(st);
     serve_conn(http, stream, peer, app, conn, stopping, head_timeout).await;

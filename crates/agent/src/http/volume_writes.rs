@@ -3,7 +3,6 @@
 //! updates the user fields of) volumes — server-assigned and derived fields in the
 //! input are ignored; `DELETE /v1/volume/csi/{id}?namespace=&force=` deregisters one.
 
-use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +10,7 @@ use schedstate::model::CsiVolume;
 use schedstate::state::Command;
 use serde::Deserialize;
 
+use super::body::ClientBody;
 use super::body::read_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
@@ -41,7 +41,7 @@ pub(crate) async fn register(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     let request: RegisterRequest = match read_json(&st, &headers, body).await {
         Ok(r) => r,

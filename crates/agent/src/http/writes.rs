@@ -12,12 +12,12 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::state::Command;
 
+use super::body::ClientBody;
 use super::body::read_write_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
@@ -34,7 +34,11 @@ const LEADER_WAIT: Duration = Duration::from_secs(5);
 const COMMIT_WAIT: Duration = Duration::from_secs(30);
 
 /// Reads the body as one command.
-async fn read_command(st: &Service, headers: &HeaderMap, body: Body) -> Result<Command, ApiError> {
+async fn read_command(
+    st: &Service,
+    headers: &HeaderMap,
+    body: ClientBody,
+) -> Result<Command, ApiError> {
     read_write_json(
         st,
         headers,
@@ -50,7 +54,7 @@ pub(crate) async fn command(
     Checked(p): Checked,
     key: IdempotencyKey,
     headers: HeaderMap,
-    body: Body,
+    body: ClientBody,
 ) -> Response {
     let command = match read_command(&st, &headers, body).await {
         Ok(c) => c,

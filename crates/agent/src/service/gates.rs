@@ -1,8 +1,9 @@
 //! [`Gates`]: the counted resources of an agent — connections per client and in all,
-//! bytes of request bodies held, waiting blocking queries, open event streams,
-//! snapshot downloads. Each is taken without waiting: over a limit the caller is
-//! refused at once (a connection closed, a request answered 429), so a flood costs
-//! the agent nothing it has not budgeted and other clients are served meanwhile.
+//! bytes of request bodies held (the clients' budget, each client's share of it, and
+//! the servers' own), waiting blocking queries, open event streams, snapshot
+//! downloads, scans ([`Scans`]). Each is taken without waiting: over a limit the
+//! caller is refused at once (a connection closed, a request answered 429), so a flood
+//! costs the agent nothing it has not budgeted and other clients are served meanwhile.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -11,6 +12,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::scans::Scans;
+use super::shares::{ClientKey, ClientKeys, Held, Shares};
 use crate::config::Limits;
 
 /// Which limit refused a request.
@@ -20,6 +23,10 @@ pub(crate) enum Refused {
     EventStreams,
     SnapshotDownloads,
     BodyBytes,
+    /// One client's share of the body budget.
+    ClientBodyBytes,
+    /// The servers' own body budget (Raft RPCs).
+    RaftBodyBytes,
 }
 
 impl Refused {
@@ -42,12 +49,57 @@ impl Refused {
                 "this server holds {} bytes of request bodies already",
                 limits.body_bytes_in_flight
             ),
+            Refused::ClientBodyBytes => format!(
+                "this client (address or token) holds {} bytes of request bodies already \
+                 (body_bytes_per_client)",
+                limits.body_bytes_per_client
+            ),
+            Refused::RaftBodyBytes => format!(
+                "this server holds {} bytes of Raft RPC bodies already",
+                limits.raft_body_bytes
+            ),
         }
     }
 }
 
-/// Held while a request body of some size is in memory.
-pub(crate) struct BodyPermit(#[allow(dead_code)] OwnedSemaphorePermit);
+/// Room for a request body in memory, grown as its bytes arrive ([`BodyPermit::grow`]):
+/// a body counts for what was received of it, never for what it claims.
+pub(crate) struct BodyPermit {
+    budget: Arc<Semaphore>,
+    why: Refused,
+    permit: Option<OwnedSemaphorePermit>,
+    /// The client's share (none for the servers' own RPCs).
+    share: Option<Held>,
+}
+
+impl BodyPermit {
+    /// Room for `more` bytes; refused (and nothing more taken) over the budget or the
+    /// client's share.
+    pub(crate) fn grow(&mut self, more: usize) -> Result<(), Refused> {
+        if more == 0 {
+            return Ok(());
+        }
+        if let Some(share) = &mut self.share
+            && !share.grow(more)
+        {
+            return Err(Refused::ClientBodyBytes);
+        }
+        // Refused here, the share keeps `more` until the permit is dropped — with
+        // the request, which a refusal ends.
+        let p = Gates::take(&self.budget, more, self.why)?;
+        match &mut self.permit {
+            Some(held) => held.merge(p),
+            None => self.permit = Some(p),
+        }
+        Ok(())
+    }
+
+    /// The bytes held.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.permit.as_ref().map_or(0, |p| p.num_permits())
+    }
+}
 
 /// The counted resources.
 pub(crate) struct Gates {
@@ -55,6 +107,10 @@ pub(crate) struct Gates {
     streams: Arc<Semaphore>,
     snapshots: Arc<Semaphore>,
     body_bytes: Arc<Semaphore>,
+    body_shares: Arc<Shares>,
+    raft_body_bytes: Arc<Semaphore>,
+    /// Reads whose work grows with a table.
+    pub scans: Scans,
     conns: Arc<Mutex<Conns>>,
     conns_per_client: usize,
     conns_total: usize,
@@ -63,23 +119,23 @@ pub(crate) struct Gates {
 #[derive(Default)]
 struct Conns {
     total: usize,
-    by_client: HashMap<IpAddr, usize>,
+    by_client: HashMap<ClientKey, usize>,
 }
 
 /// An open connection, counted until dropped.
 pub(crate) struct ConnPermit {
     conns: Arc<Mutex<Conns>>,
-    ip: IpAddr,
+    client: ClientKey,
 }
 
 impl Drop for ConnPermit {
     fn drop(&mut self) {
         let mut c = self.conns.lock();
         c.total -= 1;
-        if let Some(n) = c.by_client.get_mut(&self.ip) {
+        if let Some(n) = c.by_client.get_mut(&self.client) {
             *n -= 1;
             if *n == 0 {
-                c.by_client.remove(&self.ip);
+                c.by_client.remove(&self.client);
             }
         }
     }
@@ -97,6 +153,9 @@ impl Gates {
             streams: Arc::new(Semaphore::new(permits(limits.event_streams))),
             snapshots: Arc::new(Semaphore::new(permits(limits.snapshot_downloads))),
             body_bytes: Arc::new(Semaphore::new(permits(limits.body_bytes_in_flight))),
+            body_shares: Shares::new(limits.body_bytes_per_client),
+            raft_body_bytes: Arc::new(Semaphore::new(permits(limits.raft_body_bytes))),
+            scans: Scans::new(limits),
             conns: Arc::default(),
             conns_per_client: limits.conns_per_client,
             conns_total: limits.conns,
@@ -123,27 +182,47 @@ impl Gates {
         Self::take(&self.snapshots, 1, Refused::SnapshotDownloads)
     }
 
-    /// Room for a body of `bytes`.
-    pub fn body(&self, bytes: usize) -> Result<BodyPermit, Refused> {
-        Self::take(&self.body_bytes, bytes.max(1), Refused::BodyBytes).map(BodyPermit)
+    /// Room for a client's body, empty until it grows.
+    pub fn client_body(&self, client: &ClientKeys) -> BodyPermit {
+        BodyPermit {
+            budget: self.body_bytes.clone(),
+            why: Refused::BodyBytes,
+            permit: None,
+            share: self.body_shares.take(client, 0),
+        }
     }
 
-    /// A new connection from `ip`, or `None` when that client or the agent has as
-    /// many as allowed.
+    /// Room for a Raft RPC's body (a server's, already authenticated by its head),
+    /// empty until it grows: the servers' own budget, no client's share.
+    pub fn raft_body(&self) -> BodyPermit {
+        BodyPermit {
+            budget: self.raft_body_bytes.clone(),
+            why: Refused::RaftBodyBytes,
+            permit: None,
+            share: None,
+        }
+    }
+
+    /// A new connection from `ip`, or `None` when that client (an address, an IPv6
+    /// /64) or the agent has as many as allowed.
     pub fn connection(&self, ip: IpAddr) -> Option<ConnPermit> {
+        let client = ClientKey::address(ip);
         let mut c = self.conns.lock();
         if c.total >= self.conns_total {
             return None;
         }
-        let n = c.by_client.entry(ip).or_insert(0);
+        let n = c.by_client.entry(client.clone()).or_insert(0);
         if *n >= self.conns_per_client {
+            if *n == 0 {
+                c.by_client.remove(&client);
+            }
             return None;
         }
         *n += 1;
         c.total += 1;
         Some(ConnPermit {
             conns: self.conns.clone(),
-            ip,
+            client,
         })
     }
 }
@@ -183,10 +262,54 @@ mod tests {
         assert_eq!(g.blocking_query().err(), Some(Refused::BlockingQueries));
         drop(q);
         assert!(g.blocking_query().is_ok());
-        let b = g.body(8).unwrap();
-        assert!(g.body(3).is_err());
+        let me = ClientKeys::new("10.0.0.1".parse().unwrap(), None);
+        let mut b = g.client_body(&me);
+        b.grow(8).unwrap();
+        assert_eq!(b.bytes(), 8);
+        assert!(g.client_body(&me).grow(3).is_err());
         drop(b);
-        assert!(g.body(10).is_ok());
-        assert!(g.body(usize::MAX).is_err());
+        assert!(g.client_body(&me).grow(10).is_ok());
+        assert!(g.client_body(&me).grow(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn a_client_holds_its_share_of_body_bytes_and_the_servers_their_own_budget() {
+        let limits = Limits {
+            body_bytes_in_flight: 100,
+            body_bytes_per_client: 30,
+            raft_body_bytes: 50,
+            ..Limits::default()
+        };
+        let g = Gates::new(&limits);
+        let me = ClientKeys::new("10.0.0.1".parse().unwrap(), Some("t"));
+        let mut mine = g.client_body(&me);
+        mine.grow(20).unwrap();
+        assert_eq!(mine.grow(11), Err(Refused::ClientBodyBytes));
+        mine.grow(10).unwrap();
+        // Others fill the rest of the clients' budget ...
+        let mut others = Vec::new();
+        for i in 2..=4 {
+            let k = ClientKeys::new(format!("10.0.0.{i}").parse().unwrap(), None);
+            let mut b = g.client_body(&k);
+            b.grow(if i == 4 { 10 } else { 30 }).unwrap();
+            others.push(b);
+        }
+        let late = ClientKeys::new("10.0.0.9".parse().unwrap(), None);
+        assert_eq!(g.client_body(&late).grow(1), Err(Refused::BodyBytes));
+        // ... and the servers' RPCs still have theirs.
+        g.raft_body().grow(50).unwrap();
+    }
+
+    #[test]
+    fn connections_of_one_ipv6_64_are_counted_together() {
+        let limits = Limits {
+            conns_per_client: 2,
+            ..Limits::default()
+        };
+        let g = Gates::new(&limits);
+        let _a = g.connection("2001:db8::1".parse().unwrap()).unwrap();
+        let _b = g.connection("2001:db8::2".parse().unwrap()).unwrap();
+        assert!(g.connection("2001:db8::3".parse().unwrap()).is_none());
+        assert!(g.connection("2001:db8:0:1::1".parse().unwrap()).is_some());
     }
 }

@@ -5,6 +5,8 @@
 
 mod acl;
 mod gates;
+mod scans;
+mod shares;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -14,6 +16,8 @@ use tokio::sync::watch;
 
 pub(crate) use acl::{AuthError, Caller, hash_secret, new_uuid, unix_now};
 pub(crate) use gates::{BodyPermit, Gates};
+pub(crate) use scans::{Budget, ScanRefused};
+pub(crate) use shares::ClientKeys;
 
 use crate::api::AgentSelf;
 use crate::cluster_key::ClusterKey;
