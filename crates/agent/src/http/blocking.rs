@@ -233,7 +233,6 @@ pub(super) fn index_of(v: &StateView<'_>, tables: &[Table]) -> u64 {
     tables.iter().map(|t| v.table_index(*t)).max().unwrap_or(0)
 }
 
-
 fn unreachable_missing() -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -6,6 +6,7 @@ mod false_wakes;
 mod health;
 mod hostile;
 mod idempotency;
+mod isolation;
 mod jobs;
 mod nomad;
 mod parked;

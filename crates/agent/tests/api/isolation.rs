@@ -1,0 +1,217 @@
+//! Noisy neighbours (issue 48): a client holding an ordinary token — hostile or only
+//! careless — must not stall the cluster. Each case runs an attack against three
+//! agents while an honest client writes through a follower, and checks that the
+//! attack is refused or cut with a typed answer, that no election happens (no server's
+//! term moves), and that the honest writes stay within twice their unloaded p99 (plus
+//! a small allowance for this 2-core machine's noise: the attacker is in this process
+//! and takes CPU of its own).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use schedstate::state::Command;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::error_of;
+use crate::support::{Agents, node};
+
+const TOKEN: &str = "isolation-test-management-token";
+
+/// Allowance above twice the unloaded p99 for the machine's own noise (the other
+/// tests of this binary run beside these).
+const NOISE: Duration = Duration::from_millis(150);
+
+/// Honest writes measured per phase.
+const HONEST: usize = 60;
+
+/// One attack at a time: each measures the honest client against its own attack only.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `n` honest writes through agent `via`, one at a time: their latencies.
+async fn honest_writes(agents: &Agents, via: usize, tag: &str, n: usize) -> Vec<Duration> {
+    let client = agents.client(via);
+    let mut took = Vec::with_capacity(n);
+    for i in 0..n {
+        let start = Instant::now();
+        client
+            .apply(&Command::UpsertNode {
+                node: node(&format!("honest-{tag}-{i}"), "ebs"),
+            })
+            .await
+            .expect("an honest write commits");
+        took.push(start.elapsed());
+    }
+    took
+}
+
+fn p99(mut d: Vec<Duration>) -> Duration {
+    d.sort();
+    d[(d.len() * 99).div_ceil(100) - 1]
+}
+
+fn terms(agents: &Agents) -> Vec<u64> {
+    agents
+        .agents
+        .iter()
+        .flatten()
+        .map(|a| a.server().term())
+        .collect()
+}
+
+/// Checks what every attack case must show: no election, honest p99 within bounds.
+fn assert_isolated(
+    what: &str,
+    terms_before: &[u64],
+    agents: &Agents,
+    unloaded: Vec<Duration>,
+    loaded: Vec<Duration>,
+) {
+    assert_eq!(terms(agents), terms_before, "{what}: an election happened");
+    let (calm, busy) = (p99(unloaded), p99(loaded));
+    eprintln!("{what}: honest writes p99 {calm:?} unloaded, {busy:?} under the attack");
+    assert!(
+        busy <= calm * 2 + NOISE,
+        "{what}: honest p99 {busy:?} under the attack, {calm:?} without"
+    );
+}
+
+/// `n` nodes, in batches.
+async fn load_nodes(agents: &Agents, leader: usize, n: usize) {
+    let client = agents.client(leader);
+    for start in (0..n).step_by(500) {
+        let nodes = (start..(start + 500).min(n))
+            .map(|i| node(&format!("n{i:05}"), "ebs"))
+            .collect();
+        client
+            .apply(&Command::UpsertNodes { nodes })
+            .await
+            .expect("nodes load");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_costly_filter_is_cut_at_its_budget_and_the_cluster_writes_on() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let agents = Agents::start_with(3, Some(TOKEN), |c| {
+        c.limits.scan_budget = Duration::from_millis(300);
+        c.limits.scan_queue_wait = Duration::from_secs(2);
+    })
+    .await;
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    load_nodes(&agents, leader, 3_000).await;
+    agents.wait_applied_everywhere().await;
+    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let before = terms(&agents);
+
+    // Four requests at once, again and again, each a 600-way regular expression over
+    // every node (12 s for one on the unguarded agent).
+    let pattern: Vec<String> = (0..600).map(|i| format!("x{i}")).collect();
+    let filter = format!("Name matches \"{}\"", pattern.join("|"));
+    let url = format!(
+        "{}?filter={}",
+        agents.url(leader, "/v1/nodes"),
+        url_escape(&filter)
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut attackers = Vec::new();
+    for _ in 0..4 {
+        let (url, stop) = (url.clone(), stop.clone());
+        attackers.push(tokio::spawn(async move {
+            let http = crate::support::http();
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let start = Instant::now();
+                let resp = http.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+                let (status, e) = error_of(resp).await;
+                seen.push((status, e.kind, start.elapsed()));
+                if status != 422 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            seen
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut answers = Vec::new();
+    for a in attackers {
+        answers.extend(a.await.unwrap());
+    }
+    let cut = answers
+        .iter()
+        .filter(|(s, k, _)| *s == 422 && k == "BudgetExceeded")
+        .count();
+    assert!(cut > 0, "no request was cut at its budget: {answers:?}");
+    for (status, kind, took) in &answers {
+        assert!(
+            matches!(
+                (status, kind.as_str()),
+                (422, "BudgetExceeded") | (429, "TooManyRequests") | (503, "Busy")
+            ),
+            "{status} {kind}"
+        );
+        // The budget, the wait for a thread, and slack for a loaded machine.
+        assert!(*took < Duration::from_secs(5), "answered after {took:?}");
+    }
+    assert_isolated("costly filter", &before, &agents, unloaded, loaded);
+    // An honest list through the same agent is still answered.
+    let nodes = agents
+        .client(leader)
+        .nodes(Default::default())
+        .await
+        .expect("an honest list");
+    assert!(nodes.value.len() >= 3_000);
+    agents.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_hold_what_they_sent_and_raft_keeps_its_own_budget() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let agents = Agents::start_with(3, Some(TOKEN), |c| {
+        c.limits.body_timeout = Duration::from_secs(20);
+    })
+    .await;
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let before = terms(&agents);
+    // 40 connections to each server, each claiming the largest write (16 MiB) and
+    // sending one byte of it: 640 MiB claimed on each server, more than all the
+    // bodies it holds (512 MiB), which once made it refuse every write and Raft RPC.
+    let mut held = Vec::new();
+    for i in 0..3 {
+        for _ in 0..40 {
+            let mut s = TcpStream::connect(("127.0.0.1", agents.ports[i]))
+                .await
+                .unwrap();
+            let head = format!(
+                "POST /v1/commands HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+                16 << 20
+            );
+            s.write_all(head.as_bytes()).await.unwrap();
+            held.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    assert_isolated("slow bodies", &before, &agents, unloaded, loaded);
+    drop(held);
+    agents.shutdown().await;
+}
+
+/// Percent-encodes a query value.
+fn url_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
