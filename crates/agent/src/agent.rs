@@ -123,6 +123,11 @@ impl Agent {
             );
         }
         let tls = config.tls.clone().map(Tls::load).transpose()?;
+        if config.acl && tls.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(
+                "ACL ON WITHOUT TLS: tokens and CSI volume secrets cross the network in clear                  text on {addr}; anyone on the path can read and reuse them. Serve TLS                  (--tls-cert, --tls-key, --tls-ca)."
+            );
+        }
         if let Some(t) = &tls {
             tracing::info!(
                 ca = t.has_ca(),

@@ -217,6 +217,9 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// A request's body must arrive within this.
     pub body_timeout: Duration,
+    /// A connection whose writes make no progress this long (the client reads
+    /// nothing of its answer or stream) is ended, and what it held freed.
+    pub write_timeout: Duration,
     /// The largest write (`POST /v1/commands`) body.
     pub write_body_bytes: usize,
     /// Bytes of clients' request bodies held at once, over all requests (writes,
@@ -229,6 +232,11 @@ pub struct Limits {
     /// once a request proved it comes from a server, never counted under the
     /// clients' budget.
     pub raft_body_bytes: usize,
+    /// Bytes of large answers (64 KiB and more) not yet handed to their connections:
+    /// what slow readers hold. Over it, 429.
+    pub answer_bytes_in_flight: usize,
+    /// Of those, what one client (an address, an IPv6 /64) may hold.
+    pub answer_bytes_per_client: usize,
     /// Blocking queries waiting at once.
     pub blocking_queries: usize,
     /// Event streams open at once.
@@ -248,8 +256,9 @@ pub struct Limits {
 
 impl Default for Limits {
     /// 100 connections per client, 16,384 in all, 10 s for a request head (and to
-    /// idle), 30 s for a body, 16 MiB per write, 512 MiB of clients' bodies in
-    /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 16,384
+    /// idle), 30 s for a body, 20 s for a blocked write, 16 MiB per write, 512 MiB of clients' bodies in
+    /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 256 MiB of
+    /// unsent large answers of which 32 MiB per client, 16,384
     /// blocking queries, 1,024 event streams, 2 snapshot downloads; scans on half
     /// the cores (at least one), 2 per client, waiting at most 5 s for a thread,
     /// 2 s each.
@@ -259,10 +268,13 @@ impl Default for Limits {
             conns: 16_384,
             header_read_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(20),
             write_body_bytes: 16 << 20,
             body_bytes_in_flight: 512 << 20,
             body_bytes_per_client: 64 << 20,
             raft_body_bytes: 256 << 20,
+            answer_bytes_in_flight: 256 << 20,
+            answer_bytes_per_client: 32 << 20,
             blocking_queries: 16_384,
             event_streams: 1_024,
             snapshot_downloads: 2,
@@ -283,6 +295,8 @@ impl Limits {
             ("body_bytes_in_flight", self.body_bytes_in_flight),
             ("body_bytes_per_client", self.body_bytes_per_client),
             ("raft_body_bytes", self.raft_body_bytes),
+            ("answer_bytes_in_flight", self.answer_bytes_in_flight),
+            ("answer_bytes_per_client", self.answer_bytes_per_client),
             ("scan_threads", self.scan_threads),
             ("scans_per_client", self.scans_per_client),
             ("blocking_queries", self.blocking_queries),
@@ -297,6 +311,7 @@ impl Limits {
         for (name, value) in [
             ("header_read_timeout", self.header_read_timeout),
             ("body_timeout", self.body_timeout),
+            ("write_timeout", self.write_timeout),
             ("scan_queue_wait", self.scan_queue_wait),
             ("scan_budget", self.scan_budget),
         ] {

@@ -201,8 +201,8 @@ pub struct EventBuffer {
 /// What a stream asking for the writes after `after` gets.
 #[derive(Debug)]
 pub enum Since {
-    /// The writes (possibly none yet) and the index to ask after next time.
-    Writes(Vec<Commit>, u64),
+    /// The writes (possibly none yet), in index order.
+    Writes(Vec<Commit>),
     /// `after` is older than what is held: the first index that can be asked for.
     Compacted {
         /// The oldest `index=` that is still answered.
@@ -260,9 +260,7 @@ impl EventBuffer {
             };
         }
         let start = h.writes.partition_point(|c| c.index() <= after);
-        let writes: Vec<Commit> = h.writes.range(start..).take(limit).cloned().collect();
-        let next = writes.last().map_or(after, Commit::index);
-        Since::Writes(writes, next)
+        Since::Writes(h.writes.range(start..).take(limit).cloned().collect())
     }
 
     /// A receiver told whenever a write is pushed or the buffer jumps.

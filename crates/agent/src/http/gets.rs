@@ -240,19 +240,30 @@ async fn client_gone<IO: AsyncRead + Unpin>(io: &mut IO, carry: &mut Vec<u8>) {
     }
 }
 
-/// Writes `resp` as HTTP/1.1 with its length and the date, as hyper would.
+/// Writes `resp` as HTTP/1.1 with its length and the date, as hyper would. A large
+/// answer of known size is written piece by piece as the body gives them
+/// (`answers.rs` hands a metered answer out in pieces and holds its budget until the
+/// last one is written); any other is collected first.
 async fn write_response<IO: AsyncWrite + Unpin>(io: &mut IO, resp: Response) -> io::Result<()> {
+    use http_body_util::BodyExt;
     let (parts, body) = resp.into_parts();
-    let body = axum::body::to_bytes(body, usize::MAX)
-        .await
-        .map_err(io::Error::other)?;
-    let mut out = Vec::with_capacity(
-        512 + if body.len() <= ONE_WRITE_BYTES {
-            body.len()
-        } else {
-            0
-        },
-    );
+    let exact = http_body::Body::size_hint(&body)
+        .exact()
+        .and_then(|n| usize::try_from(n).ok());
+    let streamed = exact.filter(|n| *n > ONE_WRITE_BYTES);
+    let (whole, mut pieces) = match streamed {
+        Some(_) => (None, Some(body)),
+        None => (
+            Some(
+                axum::body::to_bytes(body, usize::MAX)
+                    .await
+                    .map_err(io::Error::other)?,
+            ),
+            None,
+        ),
+    };
+    let len = whole.as_ref().map_or_else(|| streamed.unwrap_or(0), |b| b.len());
+    let mut out = Vec::with_capacity(512 + if len <= ONE_WRITE_BYTES { len } else { 0 });
     let reason = parts.status.canonical_reason().unwrap_or("");
     out.extend_from_slice(format!("HTTP/1.1 {} {reason}\r\n", parts.status.as_u16()).as_bytes());
     for (name, value) in &parts.headers {
@@ -271,15 +282,38 @@ async fn write_response<IO: AsyncWrite + Unpin>(io: &mut IO, resp: Response) -> 
         out.extend_from_slice(b"\r\n");
     }
     let date = httpdate::fmt_http_date(SystemTime::now());
-    out.extend_from_slice(
-        format!("content-length: {}\r\ndate: {date}\r\n\r\n", body.len()).as_bytes(),
-    );
-    if body.len() <= ONE_WRITE_BYTES {
-        out.extend_from_slice(&body);
-        io.write_all(&out).await?;
-    } else {
-        io.write_all(&out).await?;
-        io.write_all(&body).await?;
+    out.extend_from_slice(format!("content-length: {len}\r\ndate: {date}\r\n\r\n").as_bytes());
+    match whole {
+        Some(body) if body.len() <= ONE_WRITE_BYTES => {
+            out.extend_from_slice(&body);
+            io.write_all(&out).await?;
+        }
+        Some(body) => {
+            io.write_all(&out).await?;
+            io.write_all(&body).await?;
+        }
+        None => {
+            io.write_all(&out).await?;
+            drop(out);
+            let mut sent = 0usize;
+            while let Some(frame) = match pieces.as_mut() {
+                Some(b) => b.frame().await,
+                None => None,
+            } {
+                let frame = frame.map_err(io::Error::other)?;
+                if let Ok(data) = frame.into_data() {
+                    sent += data.len();
+                    if sent > len {
+                        return Err(io::Error::other("the answer is longer than it said"));
+                    }
+                    io.write_all(&data).await?;
+                }
+            }
+            if sent != len {
+                // The connection cannot carry on: its next answer would be misread.
+                return Err(io::Error::other("the answer is shorter than it said"));
+            }
+        }
     }
     io.flush().await
 }

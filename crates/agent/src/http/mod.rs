@@ -5,7 +5,9 @@
 //! | file | what |
 //! |---|---|
 //! | `serve.rs` | the accept loop: connections per client and in all, header and idle timeouts |
+//! | `stall.rs` | the write timeout: a connection whose client reads nothing is ended |
 //! | `gets.rs`, `park.rs` | plain GETs served without hyper; a blocking read's wait parked on its connection |
+//! | `answers.rs` | large answers: their unsent bytes budgeted per client, handed out in pieces |
 //! | `auth.rs` | layers: a stopped Raft and browsers from other sites (every API route); the ACL token and its scope (per group of routes) |
 //! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
 //! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
@@ -25,6 +27,7 @@
 //! | `pretty.rs` | `?pretty`: the compact answer re-indented (one JSON serializer per answer type) |
 
 mod acl;
+mod answers;
 mod auth;
 mod blocking;
 mod body;
@@ -43,6 +46,7 @@ pub(crate) mod query;
 mod raft_rpc;
 mod reads;
 mod serve;
+mod stall;
 mod stream;
 mod volume_writes;
 mod writes;
@@ -166,7 +170,6 @@ pub(crate) fn router(st: AppState) -> Router {
         .route_layer(from_fn(idempotency::mark_replays))
         .route_layer(need(Need::Scope(AclScope::Write)));
     let operator = Router::new()
-        .route("/v1/operator/snapshot", get(operator::snapshot))
         .route("/v1/operator/raft/peer", post(peers::change_peer))
         .route_layer(consistent())
         .route("/v1/status/peers", get(operator::peers))
@@ -177,7 +180,11 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/metrics", get(operator::metrics))
         .route("/v1/agent/self", get(operator::agent_self))
         .route_layer(need(Need::Scope(AclScope::Operator)));
+    // The snapshot holds every token's digest and every volume's secrets: the
+    // management scope's, as Nomad's `operator snapshot save` needs a management token.
     let management = Router::new()
+        .route("/v1/operator/snapshot", get(operator::snapshot))
+        .route_layer(consistent())
         .route("/v1/acl/tokens", get(acl::list))
         .route("/v1/acl/token", post(acl::create))
         .route(
@@ -204,6 +211,7 @@ pub(crate) fn router(st: AppState) -> Router {
         .merge(any_token)
         .merge(public)
         .fallback(not_found)
+        .layer(from_fn_with_state(st.clone(), answers::meter))
         .layer(compression())
         .layer(from_fn_with_state(st.clone(), auth::guard));
     // The servers' route answers to the cluster key, not to a client token.

@@ -7,6 +7,8 @@
 //!   that timer whenever a connection waits for a request, so an idle keep-alive
 //!   connection is closed after it too, and a slowloris client is cut off.
 //! - Running out of file descriptors does not stop the loop: it pauses and goes on.
+//! - A connection whose writes make no progress for the write timeout is ended
+//!   (`stall.rs`): a client that never reads its answer frees what it held.
 //! - With TLS, the handshake runs in the connection's own task within the
 //!   header-read timeout; a failure is counted and logged once a minute per address.
 //!   What the client's certificate proved ([`Connection`]) goes with every request.
@@ -27,6 +29,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
+use super::stall::StallGuard;
 use crate::service::Service;
 use crate::tls::PeerRole;
 
@@ -113,6 +116,8 @@ fn serve_one(
     stopping: watch::Receiver<bool>,
 ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
     let _ = stream.set_nodelay(true);
+    // Under the guard from the first byte: TLS records are writes too.
+    let stream = StallGuard::new(stream, st.limits.write_timeout);
     match st.tls.clone() {
         None => {
             let conn = Connection {
@@ -145,7 +150,7 @@ fn serve_one(
 async fn serve_tls(
     http: Arc<http1::Builder>,
     tls: crate::tls::Tls,
-    stream: TcpStream,
+    stream: StallGuard<TcpStream>,
     peer: SocketAddr,
     app: Router,
     st: Arc<Service>,

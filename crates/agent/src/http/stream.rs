@@ -5,7 +5,9 @@
 //! [...]}`, payloads in Nomad's shapes). An `N` older than the buffer starts at the
 //! oldest write it holds, as Nomad does; a client that falls that far behind
 //! mid-stream gets one `{"error": …}` line and the stream ends; so does one whose
-//! token is revoked or expires while it is open.
+//! token is revoked or expires while it is open. A stream holds at most
+//! [`PENDING_BYTES`] of lines its client has not read (lines are made as it reads);
+//! one that reads nothing is ended by the write timeout (`stall.rs`).
 
 use std::collections::VecDeque;
 
@@ -26,6 +28,11 @@ use crate::service::Caller;
 /// At most this many writes are taken from the buffer per lock.
 const BATCH: usize = 256;
 
+/// At most this many bytes of lines wait in a stream for the client to read them
+/// (one line may go over it: a line is never cut). A client that reads nothing holds
+/// this and the connection's own buffers until the write timeout ends it.
+const PENDING_BYTES: usize = 64 << 10;
+
 struct Open {
     st: AppState,
     /// Who opened the stream: checked again as it goes, so that a revoked or expired
@@ -36,7 +43,16 @@ struct Open {
     filter: TopicFilter,
     newest: tokio::sync::watch::Receiver<u64>,
     pending: VecDeque<Bytes>,
+    /// The bytes in `pending`.
+    pending_bytes: usize,
     done: bool,
+}
+
+impl Open {
+    fn push(&mut self, line: Bytes) {
+        self.pending_bytes += line.len();
+        self.pending.push_back(line);
+    }
 }
 
 impl Open {
@@ -57,6 +73,7 @@ impl Open {
             filter,
             newest,
             pending: VecDeque::new(),
+            pending_bytes: 0,
             done: false,
         }
     }
@@ -82,6 +99,7 @@ fn compacted(after: u64, held_after: u64) -> ErrorBody {
 async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallible>, Open)> {
     loop {
         if let Some(b) = s.pending.pop_front() {
+            s.pending_bytes -= b.len();
             return Some((Ok(b), s));
         }
         if s.done {
@@ -97,7 +115,7 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
             let mut line =
                 serde_json::to_vec(&serde_json::json!({ "error": body })).unwrap_or_default();
             line.push(b'\n');
-            s.pending.push_back(Bytes::from(line));
+            s.push(Bytes::from(line));
             s.done = true;
             continue;
         }
@@ -108,18 +126,23 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
                 )
                 .unwrap_or_default();
                 line.push(b'\n');
-                s.pending.push_back(Bytes::from(line));
+                s.push(Bytes::from(line));
                 s.done = true;
             }
-            Since::Writes(writes, next) if !writes.is_empty() => {
-                s.cursor = next;
+            Since::Writes(writes) if !writes.is_empty() => {
+                // Lines are made only as the client reads them: up to the pending
+                // bound, the rest asked for again next time.
                 for w in &writes {
+                    if s.pending_bytes >= PENDING_BYTES {
+                        break;
+                    }
+                    s.cursor = w.index();
                     if let Some(line) = EventBuffer::line(w, &s.filter) {
-                        s.pending.push_back(Bytes::from(line));
+                        s.push(Bytes::from(line));
                     }
                 }
             }
-            Since::Writes(..) => {
+            Since::Writes(_) => {
                 let heartbeat = s.st.heartbeat;
                 let mut stopping = s.st.stopping.clone();
                 tokio::select! {
@@ -129,7 +152,7 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
                         }
                     }
                     () = tokio::time::sleep(heartbeat) => {
-                        s.pending.push_back(Bytes::from_static(b"{}\n"));
+                        s.push(Bytes::from_static(b"{}\n"));
                     }
                     _ = stopping.wait_for(|v| *v) => s.done = true,
                 }

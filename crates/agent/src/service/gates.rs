@@ -27,6 +27,10 @@ pub(crate) enum Refused {
     ClientBodyBytes,
     /// The servers' own body budget (Raft RPCs).
     RaftBodyBytes,
+    /// Bytes of large answers not yet sent, in all.
+    AnswerBytes,
+    /// One client's share of them.
+    ClientAnswerBytes,
 }
 
 impl Refused {
@@ -53,6 +57,16 @@ impl Refused {
                 "this client (address or token) holds {} bytes of request bodies already \
                  (body_bytes_per_client)",
                 limits.body_bytes_per_client
+            ),
+            Refused::AnswerBytes => format!(
+                "this server holds {} bytes of answers its clients have not read yet \
+                 (answer_bytes_in_flight); retry later",
+                limits.answer_bytes_in_flight
+            ),
+            Refused::ClientAnswerBytes => format!(
+                "this client (address) has {} bytes of answers it has not read yet \
+                 (answer_bytes_per_client); read them, or ask for pages (per_page=)",
+                limits.answer_bytes_per_client
             ),
             Refused::RaftBodyBytes => format!(
                 "this server holds {} bytes of Raft RPC bodies already",
@@ -101,6 +115,12 @@ impl BodyPermit {
     }
 }
 
+/// A large answer's bytes, held until it was handed to its connection.
+pub(crate) struct AnswerPermit {
+    _all: OwnedSemaphorePermit,
+    _share: Held,
+}
+
 /// The counted resources.
 pub(crate) struct Gates {
     blocking: Arc<Semaphore>,
@@ -109,6 +129,8 @@ pub(crate) struct Gates {
     body_bytes: Arc<Semaphore>,
     body_shares: Arc<Shares>,
     raft_body_bytes: Arc<Semaphore>,
+    answer_bytes: Arc<Semaphore>,
+    answer_shares: Arc<Shares>,
     /// Reads whose work grows with a table.
     pub scans: Scans,
     conns: Arc<Mutex<Conns>>,
@@ -155,6 +177,8 @@ impl Gates {
             body_bytes: Arc::new(Semaphore::new(permits(limits.body_bytes_in_flight))),
             body_shares: Shares::new(limits.body_bytes_per_client),
             raft_body_bytes: Arc::new(Semaphore::new(permits(limits.raft_body_bytes))),
+            answer_bytes: Arc::new(Semaphore::new(permits(limits.answer_bytes_in_flight))),
+            answer_shares: Shares::new(limits.answer_bytes_per_client),
             scans: Scans::new(limits),
             conns: Arc::default(),
             conns_per_client: limits.conns_per_client,
@@ -201,6 +225,24 @@ impl Gates {
             permit: None,
             share: None,
         }
+    }
+
+    /// Room for a large answer of `bytes` for `client` (by its address: the answer
+    /// is counted outside the token check).
+    pub fn answer(&self, client: &ClientKeys, bytes: usize) -> Result<AnswerPermit, Refused> {
+        let by_address = ClientKeys {
+            address: client.address.clone(),
+            token: None,
+        };
+        let share = self
+            .answer_shares
+            .take(&by_address, bytes)
+            .ok_or(Refused::ClientAnswerBytes)?;
+        let all = Self::take(&self.answer_bytes, bytes, Refused::AnswerBytes)?;
+        Ok(AnswerPermit {
+            _all: all,
+            _share: share,
+        })
     }
 
     /// A new connection from `ip`, or `None` when that client (an address, an IPv6

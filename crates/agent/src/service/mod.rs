@@ -15,7 +15,7 @@ use schedstate_raft::Server;
 use tokio::sync::watch;
 
 pub(crate) use acl::{AuthError, Caller, hash_secret, new_uuid, unix_now};
-pub(crate) use gates::{BodyPermit, Gates};
+pub(crate) use gates::{AnswerPermit, BodyPermit, Gates};
 pub(crate) use scans::{Budget, ScanRefused};
 pub(crate) use shares::ClientKeys;
 

@@ -147,13 +147,11 @@ mod tests {
         let spinner = {
             let (scans, me) = (scans.clone(), me.clone());
             tokio::spawn(async move {
+                let start = Instant::now();
                 scans
-                    .run(&me, |b| {
-                        let start = Instant::now();
-                        while !b.spent() {}
-                        start.elapsed()
-                    })
+                    .run(&me, |b| while !b.spent() {})
                     .await
+                    .map(|()| start.elapsed())
             })
         };
         let ticks = tokio::spawn(async {

@@ -37,6 +37,29 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     Ok(certs)
 }
 
+/// A private key file must be readable by its owner only, as the cluster key's must:
+/// a key others can read is a key others may hold.
+fn private_to_its_owner(path: &Path) -> Result<(), TlsError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(TlsError::KeyReadableByOthers {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 /// The certificate chain at `cert` with the key at `key`, checked to belong together.
 pub(super) fn read_key_pair(
     cert_path: &Path,
@@ -44,6 +67,7 @@ pub(super) fn read_key_pair(
     provider: &CryptoProvider,
 ) -> Result<Arc<CertifiedKey>, TlsError> {
     let certs = read_certs(cert_path)?;
+    private_to_its_owner(key_path)?;
     let key_bytes = read_file(key_path)?;
     // The PEM error is dropped on purpose: it may quote a line of the key file.
     let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| match e {

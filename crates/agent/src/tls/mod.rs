@@ -145,6 +145,14 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
     },
+    /// The key file can be read by other users than its owner.
+    #[error("{path}: mode {mode:o} lets other users read the private key; chmod 600 it")]
+    KeyReadableByOthers {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The private key is not the key of the certificate.
     #[error("the key in {key} does not belong to the certificate in {cert}")]
     KeyMismatch {

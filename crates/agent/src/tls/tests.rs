@@ -33,6 +33,7 @@ impl Pki {
         let key_path = self.dir.path().join(format!("{stem}-key.pem"));
         std::fs::write(&cert_path, &cert.cert_pem).unwrap();
         std::fs::write(&key_path, &cert.key_pem).unwrap();
+        owner_only(&key_path);
         (cert_path, key_path)
     }
 
@@ -273,6 +274,7 @@ async fn reload_applies_to_configs_built_before() {
     // A broken reload (key of another certificate) keeps the material in use.
     let third = pki.issue(&server_kind());
     std::fs::write(&files.key, &third.key_pem).unwrap();
+    owner_only(&files.key);
     assert!(matches!(agent.reload(), Err(TlsError::KeyMismatch { .. })));
     let seen = handshake(acceptor.clone(), cli.clone(), "localhost").await;
     assert_eq!(seen.client.unwrap(), der(&second.cert_pem));
@@ -307,8 +309,20 @@ fn load_errors() {
         key: key_b.clone(),
         ca: None,
     };
-    let err = Tls::load(TlsOptions::new(files)).unwrap_err();
+    let err = Tls::load(TlsOptions::new(files.clone())).unwrap_err();
     assert!(matches!(err, TlsError::KeyMismatch { .. }), "{err:?}");
+    // A key others can read is refused, as the cluster key is, before it is read.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_b, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let err = Tls::load(TlsOptions::new(files)).unwrap_err();
+        assert!(
+            matches!(err, TlsError::KeyReadableByOthers { mode: 0o640, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("chmod 600"), "{err}");
+        owner_only(&key_b);
+    }
     let message = err.to_string();
     assert!(!message.contains("PRIVATE KEY") && !message.contains(&b.key_pem[40..80]));
 
@@ -348,8 +362,11 @@ fn load_errors() {
     }))
     .unwrap_err();
     assert!(matches!(err, TlsError::NoCertificate { .. }), "{err:?}");
+    let cert_as_key = pki.dir.path().join("cert-as-key.pem");
+    std::fs::copy(&cert, &cert_as_key).unwrap();
+    owner_only(&cert_as_key);
     let err = Tls::load(TlsOptions::new(TlsFiles {
-        key: cert.clone(),
+        key: cert_as_key,
         ..files.clone()
     }))
     .unwrap_err();
@@ -360,6 +377,7 @@ fn load_errors() {
         "-----BEGIN PRIVATE KEY-----\nc2VjcmV0IGJ5dGVz\n-----END PRIVATE KEY-----\n",
     )
     .unwrap();
+    owner_only(&garbage);
     let err = Tls::load(TlsOptions::new(TlsFiles {
         key: garbage,
         ..files.clone()
@@ -419,4 +437,10 @@ fn role_name() {
         .role_name(),
         server_role_name("eu")
     );
+}
+
+/// Makes `path` readable by its owner only, as a private key file must be.
+fn owner_only(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }

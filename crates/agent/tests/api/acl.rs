@@ -122,7 +122,7 @@ fn routes() -> Vec<Route> {
         r("DELETE", "/v1/job/j9?purge=true", AclScope::Write),
         r("POST", "/v1/allocation/a1/stop", AclScope::Write),
         r("GET", "/v1/allocations", AclScope::Read),
-        r("GET", "/v1/operator/snapshot", AclScope::Operator),
+        r("GET", "/v1/operator/snapshot", AclScope::Management),
         r("GET", "/v1/operator/raft/configuration", AclScope::Operator),
         r("GET", "/v1/status/peers", AclScope::Operator),
         r("GET", "/v1/metrics", AclScope::Operator),
