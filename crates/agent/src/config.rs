@@ -217,6 +217,11 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// A request's body must arrive within this.
     pub body_timeout: Duration,
+    /// The kernel's send buffer for each accepted connection (`SO_SNDBUF`; Linux
+    /// doubles it): what a client that reads nothing makes the kernel hold, and how
+    /// far ahead of it an answer or a stream is made. Left to the kernel it grows to
+    /// 4 MiB per connection.
+    pub send_buffer_bytes: usize,
     /// A connection whose writes make no progress this long (the client reads
     /// nothing of its answer or stream) is ended, and what it held freed.
     pub write_timeout: Duration,
@@ -256,7 +261,8 @@ pub struct Limits {
 
 impl Default for Limits {
     /// 100 connections per client, 16,384 in all, 10 s for a request head (and to
-    /// idle), 30 s for a body, 20 s for a blocked write, 16 MiB per write, 512 MiB of clients' bodies in
+    /// idle), 30 s for a body, 20 s for a blocked write, a 256 KiB send buffer per
+    /// connection, 16 MiB per write, 512 MiB of clients' bodies in
     /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 256 MiB of
     /// unsent large answers of which 32 MiB per client, 16,384
     /// blocking queries, 1,024 event streams, 2 snapshot downloads; scans on half
@@ -269,6 +275,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(20),
+            send_buffer_bytes: 256 << 10,
             write_body_bytes: 16 << 20,
             body_bytes_in_flight: 512 << 20,
             body_bytes_per_client: 64 << 20,
@@ -295,6 +302,7 @@ impl Limits {
             ("body_bytes_in_flight", self.body_bytes_in_flight),
             ("body_bytes_per_client", self.body_bytes_per_client),
             ("raft_body_bytes", self.raft_body_bytes),
+            ("send_buffer_bytes", self.send_buffer_bytes),
             ("answer_bytes_in_flight", self.answer_bytes_in_flight),
             ("answer_bytes_per_client", self.answer_bytes_per_client),
             ("scan_threads", self.scan_threads),

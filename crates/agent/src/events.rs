@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use schedstate::ChangeKind;
-use schedstate::state::{Commit, Row, Table};
+use schedstate::state::{Commit, Row, RowChange, Table};
 use tokio::sync::watch;
 
+use crate::api::Event;
 use crate::api::nomad::{NomadAllocation, NomadCsiPlugin, NomadCsiVolume, NomadNode};
-use crate::api::{Event, EventBatch};
 
 /// The topics of the stream, one per table, named as Nomad names them.
 pub const TOPICS: [(&str, Table); 5] = [
@@ -123,7 +123,7 @@ fn payload(row: &Row) -> serde_json::Value {
         Row::Job(j) => {
             serde_json::to_value(crate::api::nomad::NomadJob::from(&**j)).map(|v| ("Job", v))
         }
-        // Never streamed (see `events_of`); nothing of a token leaves here.
+        // Never streamed (see `event_of`); nothing of a token leaves here.
         Row::AclToken(_) => return serde_json::Value::Null,
     };
     match value {
@@ -153,41 +153,37 @@ fn event_type(before: Option<&Row>, after: Option<&Row>) -> &'static str {
     }
 }
 
-/// The events of `commit` that pass `filter`.
-pub fn events_of(commit: &Commit, filter: &TopicFilter) -> Vec<Event> {
-    let index = commit.index();
-    commit
-        .changes()
-        // Only the tables of a topic: ACL tokens are not a topic, and who holds which
-        // token is nobody's business but a management token's.
-        .filter(|change| TOPICS.iter().any(|(_, t)| *t == change.table()))
-        .filter_map(|change| {
-            let (before, after) = (change.before(), change.after());
-            let kind = event_type(before.as_ref(), after.as_ref());
-            let row = match change.kind() {
-                ChangeKind::Delete => before?,
-                _ => after?,
-            };
-            let (key, namespace, filter_keys) = identity(&row);
-            if !filter.matches(change.table(), &key, &filter_keys) {
-                return None;
-            }
-            Some(Event {
-                topic: topic(change.table()).to_string(),
-                kind: kind.to_string(),
-                key,
-                namespace,
-                filter_keys,
-                index,
-                payload: payload(&row),
-            })
-        })
-        .collect()
+/// The event of one change of the write at `index`, if it passes `filter`.
+fn event_of(change: &RowChange, index: u64, filter: &TopicFilter) -> Option<Event> {
+    // Only the tables of a topic: ACL tokens are not a topic, and who holds which
+    // token is nobody's business but a management token's.
+    if !TOPICS.iter().any(|(_, t)| *t == change.table()) {
+        return None;
+    }
+    let (before, after) = (change.before(), change.after());
+    let kind = event_type(before.as_ref(), after.as_ref());
+    let row = match change.kind() {
+        ChangeKind::Delete => before?,
+        _ => after?,
+    };
+    let (key, namespace, filter_keys) = identity(&row);
+    if !filter.matches(change.table(), &key, &filter_keys) {
+        return None;
+    }
+    Some(Event {
+        topic: topic(change.table()).to_string(),
+        kind: kind.to_string(),
+        key,
+        namespace,
+        filter_keys,
+        index,
+        payload: payload(&row),
+    })
 }
 
 struct Held {
     held_after: u64,
-    writes: VecDeque<Commit>,
+    writes: VecDeque<Arc<Commit>>,
 }
 
 /// The last committed writes of one server.
@@ -201,8 +197,9 @@ pub struct EventBuffer {
 /// What a stream asking for the writes after `after` gets.
 #[derive(Debug)]
 pub enum Since {
-    /// The writes (possibly none yet), in index order.
-    Writes(Vec<Commit>),
+    /// The writes (possibly none yet), in index order: shared with the buffer, not
+    /// copied (a write of hundreds of rows has as many change records).
+    Writes(Vec<Arc<Commit>>),
     /// `after` is older than what is held: the first index that can be asked for.
     Compacted {
         /// The oldest `index=` that is still answered.
@@ -246,7 +243,7 @@ impl EventBuffer {
         {
             h.held_after = old.index();
         }
-        h.writes.push_back(commit);
+        h.writes.push_back(Arc::new(commit));
         drop(h);
         self.newest.send_replace(index);
     }
@@ -269,17 +266,81 @@ impl EventBuffer {
     }
 
     /// The streamed line of `commit` under `filter`, or `None` if nothing in it passes.
+    #[cfg(test)]
     pub fn line(commit: &Commit, filter: &TopicFilter) -> Option<Vec<u8>> {
-        let events = events_of(commit, filter);
-        if events.is_empty() {
-            return None;
+        Self::line_from(commit, filter, 0, usize::MAX).0
+    }
+
+    /// A line of `commit`'s events under `filter` from its change number `from`, in
+    /// Nomad's envelope: events are added until the line reaches `max_bytes` (one
+    /// at least, so a line may pass it by one event), and the change number to go on
+    /// from (`None`: the write is done). A large write (hundreds of nodes) is streamed
+    /// as several lines of the same index, each made when the client reads on,
+    /// instead of one line of megabytes held for it.
+    pub fn line_from(
+        commit: &Commit,
+        filter: &TopicFilter,
+        from: usize,
+        max_bytes: usize,
+    ) -> (Option<Vec<u8>>, Option<usize>) {
+        let index = commit.index();
+        let mut line = format!("{{\"Index\":{index},\"Events\":[").into_bytes();
+        let mut events = 0usize;
+        for (at, change) in commit.changes().enumerate().skip(from) {
+            if events > 0 && line.len() >= max_bytes {
+                line.extend_from_slice(b"]}\n");
+                return (Some(line), Some(at));
+            }
+            let Some(event) = event_of(&change, index, filter) else {
+                continue;
+            };
+            if events > 0 {
+                line.push(b',');
+            }
+            if serde_json::to_writer(&mut line, &event).is_err() {
+                continue;
+            }
+            events += 1;
         }
-        let mut line = serde_json::to_vec(&EventBatch {
-            index: commit.index(),
-            events,
-        })
-        .ok()?;
-        line.push(b'\n');
-        Some(line)
+        if events == 0 {
+            return (None, None);
+        }
+        line.extend_from_slice(b"]}\n");
+        (Some(line), None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use schedstate::state::{Command, StateStore};
+
+    use super::*;
+    use crate::api::EventBatch;
+
+    #[test]
+    fn a_large_write_streams_as_lines_of_its_index_that_add_up_to_it() {
+        let store = StateStore::new();
+        let nodes = (0..200)
+            .map(|i| schedstate::model::Node::new(format!("n{i:03}"), format!("host-{i}")))
+            .collect();
+        let commit = store.apply(1, &Command::UpsertNodes { nodes }).unwrap();
+        let filter = TopicFilter::default();
+        let whole: EventBatch =
+            serde_json::from_slice(&EventBuffer::line(&commit, &filter).unwrap()).unwrap();
+        let mut pieces = Vec::new();
+        let mut from = Some(0);
+        while let Some(at) = from {
+            let (line, next) = EventBuffer::line_from(&commit, &filter, at, 4096);
+            let line = line.expect("a line");
+            assert_eq!(line.last(), Some(&b'\n'));
+            // One event at most over the bound.
+            let batch: EventBatch = serde_json::from_slice(&line).unwrap();
+            assert_eq!(batch.index, 1);
+            assert!(line.len() < 4096 + 2048, "{}", line.len());
+            pieces.extend(batch.events);
+            from = next;
+        }
+        assert!(pieces.len() == whole.events.len() && pieces.len() >= 200);
+        assert_eq!(pieces, whole.events);
     }
 }

@@ -42,8 +42,8 @@ pub(super) type Found<T> = (u64, Option<T>, Option<String>);
 pub(super) async fn blocking<T: Serialize>(
     st: &AppState,
     p: &Params,
-    missing: impl Fn() -> ApiError,
-    mut read: impl FnMut(StateView<'_>) -> Found<T>,
+    missing: impl Fn() -> ApiError + Sync,
+    mut read: impl FnMut(StateView<'_>) -> Found<T> + Send,
 ) -> Response {
     run(st, p, Cost::Point, missing, |v, _| Ok(read(v))).await
 }
@@ -53,7 +53,7 @@ pub(super) async fn blocking<T: Serialize>(
 pub(super) async fn scan<T: Serialize>(
     st: &AppState,
     p: &Params,
-    read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<T>, ApiError>,
+    read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<T>, ApiError> + Send,
 ) -> Response {
     run(st, p, Cost::Scan, unreachable_missing, read).await
 }
@@ -77,8 +77,8 @@ async fn run<T: Serialize>(
     st: &AppState,
     p: &Params,
     cost: Cost,
-    missing: impl Fn() -> ApiError,
-    mut read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<T>, ApiError>,
+    missing: impl Fn() -> ApiError + Sync,
+    mut read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<T>, ApiError> + Send,
 ) -> Response {
     let wait = p.wait.unwrap_or(st.max_wait).min(st.max_wait);
     let opts = QueryOptions::new(p.index, wait);

@@ -8,7 +8,8 @@
 //!   connection is closed after it too, and a slowloris client is cut off.
 //! - Running out of file descriptors does not stop the loop: it pauses and goes on.
 //! - A connection whose writes make no progress for the write timeout is ended
-//!   (`stall.rs`): a client that never reads its answer frees what it held.
+//!   (`stall.rs`): a client that never reads its answer frees what it held; its
+//!   kernel send buffer is fixed (`send_buffer_bytes`), not left to grow to 4 MiB.
 //! - With TLS, the handshake runs in the connection's own task within the
 //!   header-read timeout; a failure is counted and logged once a minute per address.
 //!   What the client's certificate proved ([`Connection`]) goes with every request.
@@ -116,6 +117,9 @@ fn serve_one(
     stopping: watch::Receiver<bool>,
 ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
     let _ = stream.set_nodelay(true);
+    // A fixed send buffer: the kernel would grow it to 4 MiB for a client that reads
+    // nothing, and the agent would make that much of its answer or stream for it.
+    let _ = socket2::SockRef::from(&stream).set_send_buffer_size(st.limits.send_buffer_bytes);
     // Under the guard from the first byte: TLS records are writes too.
     let stream = StallGuard::new(stream, st.limits.write_timeout);
     match st.tls.clone() {

@@ -6,8 +6,9 @@
 //! oldest write it holds, as Nomad does; a client that falls that far behind
 //! mid-stream gets one `{"error": …}` line and the stream ends; so does one whose
 //! token is revoked or expires while it is open. A stream holds at most
-//! [`PENDING_BYTES`] of lines its client has not read (lines are made as it reads);
-//! one that reads nothing is ended by the write timeout (`stall.rs`).
+//! [`PENDING_BYTES`] of lines its client has not read (lines are made as it reads; a
+//! large write goes out as several lines of the same index, [`LINE_BYTES`] each); one
+//! that reads nothing is ended by the write timeout (`stall.rs`).
 
 use std::collections::VecDeque;
 
@@ -23,15 +24,33 @@ use super::query::Checked;
 use super::{AppState, with_index};
 use crate::api::ErrorBody;
 use crate::events::{EventBuffer, Since, TopicFilter};
-use crate::service::Caller;
+use std::sync::Arc;
 
-/// At most this many writes are taken from the buffer per lock.
-const BATCH: usize = 256;
+use crate::service::Caller;
+use schedstate::state::Commit;
+
+/// At most this many writes are taken from the buffer per lock (more than the
+/// pending bound lets a stream send at once, unless they are small).
+const BATCH: usize = 64;
 
 /// At most this many bytes of lines wait in a stream for the client to read them
 /// (one line may go over it: a line is never cut). A client that reads nothing holds
 /// this and the connection's own buffers until the write timeout ends it.
 const PENDING_BYTES: usize = 64 << 10;
+
+/// At most this many row changes are made into lines on the async worker; more go
+/// to a scan thread.
+const INLINE_CHANGES: usize = 64;
+
+/// The row changes of a write (an upper bound: those of unknown tables are not
+/// streamed).
+fn change_count(commit: &Commit) -> usize {
+    let (low, high) = commit.changes().size_hint();
+    high.unwrap_or(low)
+}
+
+/// A write's events go out in lines of about this size (the same index on each).
+const LINE_BYTES: usize = 16 << 10;
 
 struct Open {
     st: AppState,
@@ -45,6 +64,8 @@ struct Open {
     pending: VecDeque<Bytes>,
     /// The bytes in `pending`.
     pending_bytes: usize,
+    /// A write whose lines are not all made yet, and the change to go on from.
+    partial: Option<(Arc<Commit>, usize)>,
     done: bool,
 }
 
@@ -52,6 +73,25 @@ impl Open {
     fn push(&mut self, line: Bytes) {
         self.pending_bytes += line.len();
         self.pending.push_back(line);
+    }
+
+    /// Makes `commit`'s lines from change `from` while the pending bound allows;
+    /// keeps what is left of it for later.
+    fn make_lines(&mut self, commit: Arc<Commit>, mut from: usize) {
+        loop {
+            if self.pending_bytes >= PENDING_BYTES {
+                self.partial = Some((commit, from));
+                return;
+            }
+            let (line, next) = EventBuffer::line_from(&commit, &self.filter, from, LINE_BYTES);
+            if let Some(line) = line {
+                self.push(Bytes::from(line));
+            }
+            match next {
+                Some(n) => from = n,
+                None => return,
+            }
+        }
     }
 }
 
@@ -74,6 +114,7 @@ impl Open {
             newest,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            partial: None,
             done: false,
         }
     }
@@ -105,6 +146,15 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
         if s.done {
             return None;
         }
+        if let Some((commit, from)) = s.partial.take() {
+            // What is left of a large write: its lines on a scan thread.
+            let st = s.st.clone();
+            st.gates
+                .scans
+                .run_queued(|| s.make_lines(commit, from))
+                .await;
+            continue;
+        }
         s.newest.mark_unchanged();
         if let Err(e) = s.st.still_valid(&s.caller) {
             let body = ErrorBody {
@@ -131,15 +181,24 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
             }
             Since::Writes(writes) if !writes.is_empty() => {
                 // Lines are made only as the client reads them: up to the pending
-                // bound, the rest asked for again next time.
-                for w in &writes {
-                    if s.pending_bytes >= PENDING_BYTES {
-                        break;
+                // bound, the rest asked for again next time. A few changes (a stream
+                // keeping up) are made here; a backlog of many — work that grows with
+                // what was written — on a scan thread.
+                let changes: usize = writes.iter().map(|w| change_count(w)).sum();
+                let st = s.st.clone();
+                let make = || {
+                    for w in writes {
+                        if s.pending_bytes >= PENDING_BYTES || s.partial.is_some() {
+                            break;
+                        }
+                        s.cursor = w.index();
+                        s.make_lines(w, 0);
                     }
-                    s.cursor = w.index();
-                    if let Some(line) = EventBuffer::line(w, &s.filter) {
-                        s.push(Bytes::from(line));
-                    }
+                };
+                if changes <= INLINE_CHANGES {
+                    make();
+                } else {
+                    st.gates.scans.run_queued(make).await;
                 }
             }
             Since::Writes(_) => {

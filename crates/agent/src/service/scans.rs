@@ -6,15 +6,20 @@
 //! a read that holds one for seconds stalls them all (issue 48: four costly filters
 //! froze a leader for 46 s and its followers elected another). Here:
 //!
-//! - a scan runs on a thread of its own (tokio's `block_in_place`: the worker's
-//!   other tasks move to a fresh worker meanwhile), so the workers keep serving;
+//! - a scan runs on a thread of its own at a lower priority, which its worker waits
+//!   for inside tokio's `block_in_place` (the worker's other tasks move to a fresh
+//!   worker meanwhile), so the workers keep serving and the scan yields the CPU to
+//!   them;
 //! - at most [`Limits::scan_threads`] scans run at once (by default half the
 //!   cores, at least one: the other half stays with Raft and the other clients); a
 //!   scan waits its turn at most [`Limits::scan_queue_wait`], then 503 `Busy`;
 //! - a client has at most [`Limits::scans_per_client`] scans running or waiting
 //!   (by address and by token, [`Shares`]); more are 429;
 //! - each scan has [`Limits::scan_budget`] of time: the list checks its [`Budget`]
-//!   as it goes and gives up past it (422 `BudgetExceeded`, naming the limit).
+//!   as it goes and gives up past it (422 `BudgetExceeded`, naming the limit);
+//! - an event stream makes its next lines on the same threads
+//!   ([`Scans::run_queued`]), waiting its turn rather than refused: a hundred
+//!   streams replaying a large backlog take the scan threads, not the workers.
 //!
 //! [`Limits::scan_threads`]: crate::Limits::scan_threads
 //! [`Limits::scan_queue_wait`]: crate::Limits::scan_queue_wait
@@ -96,10 +101,10 @@ impl Scans {
     ///
     /// # Errors
     /// [`ScanRefused`]: the client's share, or no thread within the queue wait.
-    pub(crate) async fn run<R>(
+    pub(crate) async fn run<R: Send>(
         &self,
         client: &ClientKeys,
-        scan: impl FnOnce(&Budget) -> R,
+        scan: impl FnOnce(&Budget) -> R + Send,
     ) -> Result<R, ScanRefused> {
         let _share = self
             .shares
@@ -114,14 +119,71 @@ impl Scans {
     }
 }
 
-/// Runs `f` where it holds no async worker: `block_in_place` on a multi-threaded
-/// runtime; inline on a single-threaded one (tests), which has no other worker to
-/// hand its tasks to.
-fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
+impl Scans {
+    /// Runs `work` on a scan thread once one is free, however long that takes (no
+    /// share, no budget): for work a stream must do to go on — making its next lines —
+    /// which is bounded by the caller and must not be refused halfway, only kept off
+    /// the async workers and taking its turn with the scans.
+    pub(crate) async fn run_queued<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        // The semaphore is never closed: a permit always comes.
+        let _thread = self.threads.acquire().await;
+        off_the_workers(work)
+    }
+}
+
+/// Runs `f` where it holds no async worker and yields to everything else: on a
+/// thread of its own at a lower priority (`nice` [`SCAN_NICENESS`]), which the
+/// calling worker waits for without spinning (`block_in_place` hands the worker's
+/// other tasks to a fresh worker meanwhile). On a busy machine Raft, heartbeats and
+/// other clients' requests take the CPU first; on an idle one the scan has it all.
+/// A thread that cannot be started runs `f` in place.
+fn off_the_workers<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     use tokio::runtime::{Handle, RuntimeFlavor};
+    let run = || {
+        // Taken by whichever runs it: the scan thread, or this one if none starts.
+        let slot = std::sync::Mutex::new(Some(f));
+        let take = || slot.lock().ok().and_then(|mut f| f.take());
+        std::thread::scope(|scope| {
+            let spawned = std::thread::Builder::new()
+                .name("scan".into())
+                .spawn_scoped(scope, || {
+                    lower_this_threads_priority();
+                    take().map(|f| f())
+                });
+            let ran = match spawned {
+                Ok(handle) => match handle.join() {
+                    Ok(r) => r,
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                Err(_) => None,
+            };
+            match ran {
+                Some(r) => r,
+                None => (take().expect("the work is run once: the thread did not take it"))(),
+            }
+        })
+    };
     match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+        _ => run(),
+    }
+}
+
+/// How much lower than the agent's threads a scan runs (Linux's `nice`: at 10 a
+/// thread gets about a tenth of the CPU a default one does when both want it).
+pub(crate) const SCAN_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's priority (Linux keeps a nice value per thread; a
+/// thread may always lower its own). Elsewhere, nothing.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take no pointers; they change this thread's
+    // scheduling weight only.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid);
+        if let Ok(tid) = libc::id_t::try_from(tid) {
+            libc::setpriority(libc::PRIO_PROCESS, tid, SCAN_NICENESS);
+        }
     }
 }
 
