@@ -348,6 +348,11 @@ impl Ca {
         // Lets verifiers find the issuing key when a CA is rotated with a new key.
         params.use_authority_key_identifier_extension = true;
         validity(&mut params, valid_days)?;
+        self.sign(params)
+    }
+
+    /// Signs `params` (an end-entity certificate's) with a new P-256 key.
+    fn sign(&self, params: CertificateParams) -> Result<IssuedCert, CertError> {
         let key = new_key()?;
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -356,6 +361,38 @@ impl Ca {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
         })
+    }
+
+    /// Issues a certificate no `schedstate tls cert create` would: any DNS names (a
+    /// wildcard included: they are not checked), any extended key usages (none at all
+    /// for an empty list) and any validity period (expired, or not valid yet). For the
+    /// tests of what the agent refuses.
+    #[cfg(test)]
+    pub(crate) fn issue_unchecked(
+        &self,
+        dns: &[&str],
+        ekus: Vec<ExtendedKeyUsagePurpose>,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<IssuedCert, CertError> {
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, dns.first().copied().unwrap_or("test"));
+        params.distinguished_name = dn;
+        for name in dns {
+            let ia5 = (*name)
+                .to_owned()
+                .try_into()
+                .map_err(|_| CertError::InvalidName((*name).to_owned()))?;
+            params.subject_alt_names.push(SanType::DnsName(ia5));
+        }
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = ekus;
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = not_before;
+        params.not_after = not_after;
+        self.sign(params)
     }
 }
 
