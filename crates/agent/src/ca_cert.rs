@@ -425,6 +425,85 @@ mod tests {
         assert!(read_ca_identity(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]).is_none());
     }
 
+    /// A leaf valid from `not_before` to `not_after` (Unix seconds) with `ekus`.
+    fn leaf(not_before: i64, not_after: i64, ekus: Vec<rcgen::ExtendedKeyUsagePurpose>) -> Vec<u8> {
+        let mut params = CertificateParams::new(vec!["leaf.example".to_owned()]).unwrap();
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).unwrap();
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).unwrap();
+        params.extended_key_usages = ekus;
+        let key = KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn end_entity_dates_and_server_auth_are_read() {
+        use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        // 1999-12-31T23:59:59Z and 2049-12-31T23:59:59Z are UTCTime (19xx and 20xx);
+        // 2050-01-01T00:00:00Z and later are GeneralizedTime.
+        let cases = [
+            (946_684_799, 2_524_607_999),
+            (1_700_000_000, 2_524_608_000),
+            (2_524_608_000, 253_402_300_799),
+        ];
+        for (not_before, not_after) in cases {
+            let der = leaf(not_before, not_after, vec![ClientAuth, ServerAuth]);
+            assert_eq!(
+                read_end_entity_facts(&der),
+                Some(EndEntityFacts {
+                    not_before,
+                    not_after,
+                    server_auth: Some(true),
+                })
+            );
+        }
+        let der = leaf(0, 1, vec![ClientAuth]);
+        assert_eq!(
+            read_end_entity_facts(&der).unwrap().server_auth,
+            Some(false)
+        );
+        let der = leaf(0, 1, vec![]);
+        assert_eq!(read_end_entity_facts(&der).unwrap().server_auth, None);
+
+        for len in 0..der.len() {
+            assert!(
+                read_end_entity_facts(&der[..len]).is_none(),
+                "prefix of {len}"
+            );
+        }
+        for at in 0..der.len() {
+            for byte in [0x00, 0x1f, 0x80, 0x84, 0xff, b'9'] {
+                let mut bad = der.clone();
+                bad[at] = byte;
+                let _ = read_end_entity_facts(&bad);
+            }
+        }
+    }
+
+    #[test]
+    fn times_out_of_range_are_refused() {
+        let time = |tag: u8, text: &str| {
+            let mut der = vec![tag, u8::try_from(text.len()).unwrap()];
+            der.extend_from_slice(text.as_bytes());
+            read_time(&mut Der(&der))
+        };
+        assert_eq!(time(UTC_TIME, "700101000000Z"), Some(0));
+        assert_eq!(time(GENERALIZED_TIME, "19700101000000Z"), Some(0));
+        assert_eq!(time(UTC_TIME, "491231235959Z"), Some(2_524_607_999));
+        for bad in [
+            "701301000000Z",
+            "700132000000Z",
+            "700101240000Z",
+            "700101006000Z",
+            "700101000000+",
+            "70010100000-Z",
+            "7001010000Z",
+        ] {
+            assert_eq!(time(UTC_TIME, bad), None, "{bad}");
+        }
+        assert_eq!(time(GENERALIZED_TIME, "700101000000Z"), None);
+        assert_eq!(time(0x04, "700101000000Z"), None);
+    }
+
     #[test]
     fn oids_decode_to_their_arcs() {
         assert_eq!(oid_arcs(&[0x55, 0x04, 0x03]), Some(vec![2, 5, 4, 3]));
