@@ -55,7 +55,9 @@ pub const DEFAULT_REGION: &str = "global";
 const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// The DNS name (subject alternative name) that marks a certificate as a server's in
-/// `region`: `server.<region>.schedstate`, like Nomad's `server.<region>.nomad`.
+/// `region`: `server.<region>.schedstate`, like Nomad's `server.<region>.nomad`. It
+/// must be among the certificate's DNS names as is (a wildcard does not count), and
+/// the certificate must list the serverAuth extended key usage.
 pub fn server_role_name(region: &str) -> String {
     format!("server.{region}.schedstate")
 }
