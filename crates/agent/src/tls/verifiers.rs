@@ -118,7 +118,8 @@ impl ClientCertVerifier for CurrentClientVerifier {
 }
 
 /// Verifies a dialed server against the current CA and the server role name, in place
-/// of the name that was dialed.
+/// of the name that was dialed: the name exactly, and the serverAuth usage listed
+/// (`checks::check_server_role`, as for `Tls::peer_role`).
 #[derive(Debug)]
 pub(super) struct ServerRoleVerifier {
     pub(super) shared: Arc<Shared>,
