@@ -41,8 +41,8 @@ pub(crate) async fn meter(State(st): State<AppState>, req: Request, next: Next) 
     if len < METERED_FROM {
         return resp;
     }
-    let client =
-        client.unwrap_or_else(|| ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None));
+    let client = client
+        .unwrap_or_else(|| ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None));
     let bytes = usize::try_from(len).unwrap_or(usize::MAX);
     match st.gates.answer(&client, bytes) {
         Ok(permit) => resp.map(|body| Body::new(Metered::new(body, permit))),

@@ -262,9 +262,7 @@ async fn write_response<IO: AsyncWrite + Unpin>(io: &mut IO, resp: Response) -> 
             None,
         ),
     };
-    let len = whole
-        .as_ref()
-        .map_or_else(|| streamed.unwrap_or(0), |b| b.len());
+    let len = whole.as_ref().map_or_else(|| streamed.unwrap_or(0), |b| b.len());
     let mut out = Vec::with_capacity(512 + if len <= ONE_WRITE_BYTES { len } else { 0 });
     let reason = parts.status.canonical_reason().unwrap_or("");
     out.extend_from_slice(format!("HTTP/1.1 {} {reason}\r\n", parts.status.as_u16()).as_bytes());

@@ -39,11 +39,7 @@ impl<IO> StallGuard<IO> {
 
     /// What a write's outcome means under the guard: ready resets the timer; blocked
     /// starts it (once) and fails the write when it runs out.
-    fn watch<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
+    fn watch<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         match polled {
             Poll::Ready(r) => {
                 self.stalled = None;
