@@ -10,6 +10,13 @@
 //! to them instead. The walk is bounded by the input (no allocation on a claimed
 //! length) and gives up on anything it does not expect: the caller reports the file as
 //! not a usable CA certificate.
+//!
+//! The same walk reads two things webpki checks but does not expose, for the TLS
+//! checks (`tls/checks.rs`): an end-entity certificate's validity dates (an agent's
+//! own certificate is checked against them even without a CA to verify it against),
+//! and whether it names the serverAuth extended key usage *explicitly* (webpki also
+//! accepts a certificate without the extension, and applies its usage check to
+//! intermediates too, which often lack it).
 
 use rcgen::string::{BmpString, Ia5String, PrintableString, TeletexString, UniversalString};
 use rcgen::{DistinguishedName, DnType, DnValue, KeyIdMethod};
@@ -63,6 +70,119 @@ pub(crate) fn read_ca_identity(cert_der: &[u8]) -> Option<CaIdentity> {
     Some(CaIdentity { name, key_id })
 }
 
+/// id-ce-extKeyUsage, 2.5.29.37, as DER content.
+const EXT_KEY_USAGE: &[u8] = &[0x55, 0x1d, 0x25];
+/// id-kp-serverAuth, 1.3.6.1.5.5.7.3.1, as DER content.
+const SERVER_AUTH: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01];
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
+
+/// What the TLS checks read of an end-entity certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EndEntityFacts {
+    /// notBefore, in seconds since the Unix epoch.
+    pub not_before: i64,
+    /// notAfter, in seconds since the Unix epoch.
+    pub not_after: i64,
+    /// Whether the extended key usage extension lists serverAuth; `None` without the
+    /// extension.
+    pub server_auth: Option<bool>,
+}
+
+/// Reads the validity dates and the serverAuth usage of a DER certificate; `None` if
+/// it is not DER this reader takes.
+pub(crate) fn read_end_entity_facts(cert_der: &[u8]) -> Option<EndEntityFacts> {
+    let mut outer = Der(cert_der);
+    let mut cert = Der(outer.expect(SEQUENCE)?);
+    let mut tbs = Der(cert.expect(SEQUENCE)?);
+    tbs.skip_if(VERSION)?;
+    tbs.expect(0x02)?; // serialNumber
+    tbs.expect(SEQUENCE)?; // signature
+    tbs.expect(SEQUENCE)?; // issuer
+    let mut validity = Der(tbs.expect(SEQUENCE)?);
+    let not_before = read_time(&mut validity)?;
+    let not_after = read_time(&mut validity)?;
+    if !validity.is_empty() {
+        return None;
+    }
+    tbs.expect(SEQUENCE)?; // subject
+    tbs.expect(SEQUENCE)?; // subjectPublicKeyInfo
+    let mut server_auth = None;
+    while let Some((tag, content)) = tbs.next()? {
+        if tag == EXTENSIONS
+            && let Some(value) = read_extension(content, EXT_KEY_USAGE)?
+        {
+            // ExtKeyUsageSyntax ::= SEQUENCE SIZE (1..MAX) OF KeyPurposeId
+            let mut wrapper = Der(value);
+            let mut purposes = Der(wrapper.expect(SEQUENCE)?);
+            let mut found = false;
+            while let Some((tag, purpose)) = purposes.next()? {
+                if tag != OID {
+                    return None;
+                }
+                found |= purpose == SERVER_AUTH;
+            }
+            server_auth = Some(found);
+        }
+    }
+    Some(EndEntityFacts {
+        not_before,
+        not_after,
+        server_auth,
+    })
+}
+
+/// `Time ::= CHOICE { utcTime UTCTime, generalTime GeneralizedTime }` in its DER form
+/// (`YYMMDDHHMMSSZ` or `YYYYMMDDHHMMSSZ`), as seconds since the Unix epoch.
+fn read_time(reader: &mut Der<'_>) -> Option<i64> {
+    let (tag, content) = reader.next()??;
+    let digits = |range: std::ops::Range<usize>| -> Option<u16> {
+        let text = content.get(range)?;
+        if !text.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(text).ok()?.parse().ok()
+    };
+    let (year, rest) = match (tag, content.len()) {
+        // RFC 5280 4.1.2.5.1: YY >= 50 is 19YY, else 20YY.
+        (UTC_TIME, 13) => {
+            let yy = digits(0..2)?;
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
+        }
+        (GENERALIZED_TIME, 15) => (digits(0..4)?, 4),
+        _ => return None,
+    };
+    if content.last() != Some(&b'Z') {
+        return None;
+    }
+    let field =
+        |i: usize| -> Option<u8> { u8::try_from(digits(rest + 2 * i..rest + 2 * i + 2)?).ok() };
+    let month = time::Month::try_from(field(0)?).ok()?;
+    let date = time::Date::from_calendar_date(i32::from(year), month, field(1)?).ok()?;
+    let at = date.with_hms(field(2)?, field(3)?, field(4)?).ok()?;
+    Some(at.assume_utc().unix_timestamp())
+}
+
+/// `[3] EXPLICIT SEQUENCE OF Extension`: the value (extnValue's content) of the
+/// extension `id`, if present.
+fn read_extension<'a>(explicit: &'a [u8], id: &[u8]) -> Option<Option<&'a [u8]>> {
+    let mut wrapper = Der(explicit);
+    let mut extensions = Der(wrapper.expect(SEQUENCE)?);
+    while let Some((tag, extension)) = extensions.next()? {
+        if tag != SEQUENCE {
+            return None;
+        }
+        let mut extension = Der(extension);
+        let this = extension.expect(OID)?;
+        extension.skip_if(BOOLEAN)?; // critical
+        let value = extension.expect(OCTET_STRING)?;
+        if this == id {
+            return Some(Some(value));
+        }
+    }
+    Some(None)
+}
+
 /// `Name ::= SEQUENCE OF SET OF AttributeTypeAndValue`, one attribute per set.
 fn read_name(content: &[u8]) -> Option<DistinguishedName> {
     let mut rdns = Der(content);
@@ -105,24 +225,13 @@ fn dn_value(tag: u8, bytes: &[u8]) -> Option<DnValue> {
 
 /// `[3] EXPLICIT SEQUENCE OF Extension`: the subject key identifier's bytes, if present.
 fn read_subject_key_id(explicit: &[u8]) -> Option<Option<Vec<u8>>> {
-    let mut wrapper = Der(explicit);
-    let mut extensions = Der(wrapper.expect(SEQUENCE)?);
-    while let Some((tag, extension)) = extensions.next()? {
-        if tag != SEQUENCE {
-            return None;
-        }
-        let mut extension = Der(extension);
-        let id = extension.expect(OID)?;
-        extension.skip_if(BOOLEAN)?; // critical
-        let value = extension.expect(OCTET_STRING)?;
-        if id == SUBJECT_KEY_ID {
-            // extnValue holds `SubjectKeyIdentifier ::= OCTET STRING`.
-            let mut inner = Der(value);
-            let key_id = inner.expect(OCTET_STRING)?;
-            return Some(Some(key_id.to_vec()));
-        }
-    }
-    Some(None)
+    let Some(value) = read_extension(explicit, SUBJECT_KEY_ID)? else {
+        return Some(None);
+    };
+    // extnValue holds `SubjectKeyIdentifier ::= OCTET STRING`.
+    let mut inner = Der(value);
+    let key_id = inner.expect(OCTET_STRING)?;
+    Some(Some(key_id.to_vec()))
 }
 
 /// An object identifier's arcs (the first byte holds the first two).
@@ -314,6 +423,85 @@ mod tests {
         }
         // A length field claiming more than the input holds.
         assert!(read_ca_identity(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]).is_none());
+    }
+
+    /// A leaf valid from `not_before` to `not_after` (Unix seconds) with `ekus`.
+    fn leaf(not_before: i64, not_after: i64, ekus: Vec<rcgen::ExtendedKeyUsagePurpose>) -> Vec<u8> {
+        let mut params = CertificateParams::new(vec!["leaf.example".to_owned()]).unwrap();
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).unwrap();
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).unwrap();
+        params.extended_key_usages = ekus;
+        let key = KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn end_entity_dates_and_server_auth_are_read() {
+        use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+        // 1999-12-31T23:59:59Z and 2049-12-31T23:59:59Z are UTCTime (19xx and 20xx);
+        // 2050-01-01T00:00:00Z and later are GeneralizedTime.
+        let cases = [
+            (946_684_799, 2_524_607_999),
+            (1_700_000_000, 2_524_608_000),
+            (2_524_608_000, 253_402_300_799),
+        ];
+        for (not_before, not_after) in cases {
+            let der = leaf(not_before, not_after, vec![ClientAuth, ServerAuth]);
+            assert_eq!(
+                read_end_entity_facts(&der),
+                Some(EndEntityFacts {
+                    not_before,
+                    not_after,
+                    server_auth: Some(true),
+                })
+            );
+        }
+        let der = leaf(0, 1, vec![ClientAuth]);
+        assert_eq!(
+            read_end_entity_facts(&der).unwrap().server_auth,
+            Some(false)
+        );
+        let der = leaf(0, 1, vec![]);
+        assert_eq!(read_end_entity_facts(&der).unwrap().server_auth, None);
+
+        for len in 0..der.len() {
+            assert!(
+                read_end_entity_facts(&der[..len]).is_none(),
+                "prefix of {len}"
+            );
+        }
+        for at in 0..der.len() {
+            for byte in [0x00, 0x1f, 0x80, 0x84, 0xff, b'9'] {
+                let mut bad = der.clone();
+                bad[at] = byte;
+                let _ = read_end_entity_facts(&bad);
+            }
+        }
+    }
+
+    #[test]
+    fn times_out_of_range_are_refused() {
+        let time = |tag: u8, text: &str| {
+            let mut der = vec![tag, u8::try_from(text.len()).unwrap()];
+            der.extend_from_slice(text.as_bytes());
+            read_time(&mut Der(&der))
+        };
+        assert_eq!(time(UTC_TIME, "700101000000Z"), Some(0));
+        assert_eq!(time(GENERALIZED_TIME, "19700101000000Z"), Some(0));
+        assert_eq!(time(UTC_TIME, "491231235959Z"), Some(2_524_607_999));
+        for bad in [
+            "701301000000Z",
+            "700132000000Z",
+            "700101240000Z",
+            "700101006000Z",
+            "700101000000+",
+            "70010100000-Z",
+            "7001010000Z",
+        ] {
+            assert_eq!(time(UTC_TIME, bad), None, "{bad}");
+        }
+        assert_eq!(time(GENERALIZED_TIME, "700101000000Z"), None);
+        assert_eq!(time(0x04, "700101000000Z"), None);
     }
 
     #[test]

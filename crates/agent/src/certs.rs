@@ -5,8 +5,9 @@
 //! carried by a DNS name in its subject alternative names. A server's certificate names
 //! `server.<region>.schedstate` (see [`crate::tls::server_role_name`]); the agent grants
 //! server rights (Raft RPCs) to a peer only for that name, whatever address it dials or
-//! accepts from. Clients and CLI users get other names, so a stolen client certificate
-//! cannot pose as a server.
+//! accepts from. Clients and CLI users get other names (a server role name is refused
+//! for them), so a stolen client certificate cannot pose as a server; the agent also
+//! wants the name exactly (no wildcard) and the serverAuth usage.
 //!
 //! Keys are ECDSA P-256 (small, fast, supported by every TLS stack). Key files are
 //! created with mode 0600 from the start and existing files are never overwritten.
@@ -78,6 +79,10 @@ pub enum CertError {
     /// A name given for a certificate is not a valid DNS name (or region).
     #[error("invalid name {0:?} for a certificate")]
     InvalidName(String),
+    /// A server role name (`server.<region>.schedstate`) asked for in a certificate
+    /// that is not a server's: a client or CLI certificate must never carry it.
+    #[error("{0:?} is a server role name; only a server certificate may carry it")]
+    ServerRoleNameForNonServer(String),
     /// `valid_days` was zero.
     #[error("a certificate must be valid for at least one day")]
     ZeroValidity,
@@ -192,6 +197,14 @@ fn validity(params: &mut CertificateParams, valid_days: u32) -> Result<(), CertE
     params.not_before = now - Duration::hours(1);
     params.not_after = now + Duration::days(i64::from(valid_days));
     Ok(())
+}
+
+/// Whether `name` has the form of [`server_role_name`] for some region.
+fn is_server_role_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.strip_prefix("server.")
+        .and_then(|rest| rest.strip_suffix(".schedstate"))
+        .is_some_and(|region| !region.is_empty())
 }
 
 fn dns_san(name: &str) -> Result<SanType, CertError> {
@@ -325,6 +338,11 @@ impl Ca {
             CertKind::Cli => vec![ExtendedKeyUsagePurpose::ClientAuth],
         };
         for name in extra_dns {
+            // Client certificates also list serverAuth (like Nomad's), so this name
+            // alone is what keeps one from being a server's (see `tls::checks`).
+            if !matches!(kind, CertKind::Server { .. }) && is_server_role_name(name) {
+                return Err(CertError::ServerRoleNameForNonServer(name.clone()));
+            }
             let san = dns_san(name)?;
             if !sans.contains(&san) {
                 sans.push(san);
@@ -348,6 +366,11 @@ impl Ca {
         // Lets verifiers find the issuing key when a CA is rotated with a new key.
         params.use_authority_key_identifier_extension = true;
         validity(&mut params, valid_days)?;
+        self.sign(params)
+    }
+
+    /// Signs `params` (an end-entity certificate's) with a new P-256 key.
+    fn sign(&self, params: CertificateParams) -> Result<IssuedCert, CertError> {
         let key = new_key()?;
         let cert = params
             .signed_by(&key, &self.issuer)
@@ -356,6 +379,38 @@ impl Ca {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
         })
+    }
+
+    /// Issues a certificate no `schedstate tls cert create` would: any DNS names (a
+    /// wildcard included: they are not checked), any extended key usages (none at all
+    /// for an empty list) and any validity period (expired, or not valid yet). For the
+    /// tests of what the agent refuses.
+    #[cfg(test)]
+    pub(crate) fn issue_unchecked(
+        &self,
+        dns: &[&str],
+        ekus: Vec<ExtendedKeyUsagePurpose>,
+        not_before: OffsetDateTime,
+        not_after: OffsetDateTime,
+    ) -> Result<IssuedCert, CertError> {
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, dns.first().copied().unwrap_or("test"));
+        params.distinguished_name = dn;
+        for name in dns {
+            let ia5 = (*name)
+                .to_owned()
+                .try_into()
+                .map_err(|_| CertError::InvalidName((*name).to_owned()))?;
+            params.subject_alt_names.push(SanType::DnsName(ia5));
+        }
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = ekus;
+        params.use_authority_key_identifier_extension = true;
+        params.not_before = not_before;
+        params.not_after = not_after;
+        self.sign(params)
     }
 }
 
@@ -500,6 +555,27 @@ mod tests {
             ca.issue(&CertKind::Client, &[], &[], 0),
             Err(CertError::ZeroValidity)
         ));
+        // A client or CLI certificate never carries a server role name; a server's
+        // may carry another region's.
+        for kind in [CertKind::Client, CertKind::Cli] {
+            for name in ["server.global.schedstate", "SERVER.west.Schedstate"] {
+                assert!(matches!(
+                    ca.issue(&kind, &[name.into()], &[], 1),
+                    Err(CertError::ServerRoleNameForNonServer(n)) if n == name
+                ));
+            }
+            ca.issue(&kind, &["server.example.com".into()], &[], 1)
+                .unwrap();
+        }
+        ca.issue(
+            &CertKind::Server {
+                region: "global".into(),
+            },
+            &["server.west.schedstate".into()],
+            &[],
+            1,
+        )
+        .unwrap();
         let err = format!("{:?}", ca);
         assert!(!err.contains("PRIVATE KEY"));
     }

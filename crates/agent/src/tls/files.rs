@@ -8,10 +8,11 @@ use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 
+use super::checks::check_own_cert;
 use super::{CaMaterial, Material, TlsError, TlsFiles, provider};
 
 fn read_file(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -145,15 +146,31 @@ pub(super) fn read_roots(path: &Path) -> Result<Arc<RootCertStore>, TlsError> {
     Ok(Arc::new(roots))
 }
 
+/// All the files of `files`, checked to belong together and the certificate to be
+/// one peers accept at `now` (`check_own_cert`): what `Tls::load` and `Tls::reload`
+/// make current, or the first reason not to.
 pub(super) fn read_material(
     files: &TlsFiles,
     provider: &Arc<CryptoProvider>,
+    now: UnixTime,
 ) -> Result<Material, TlsError> {
     let key = read_key_pair(&files.cert, &files.key, provider)?;
-    let ca = match &files.ca {
+    let roots = match &files.ca {
         None => None,
-        Some(path) => {
-            let roots = read_roots(path)?;
+        Some(path) => Some((path, read_roots(path)?)),
+    };
+    check_own_cert(
+        &files.cert,
+        &key.cert,
+        roots
+            .as_ref()
+            .map(|(path, roots)| (path.as_path(), &**roots)),
+        &provider.signature_verification_algorithms,
+        now,
+    )?;
+    let ca = match roots {
+        None => None,
+        Some((path, roots)) => {
             let bad_ca = |e: rustls::server::VerifierBuilderError| TlsError::BadCa {
                 path: path.clone(),
                 reason: e.to_string(),
@@ -165,10 +182,11 @@ pub(super) fn read_material(
                     .build()
                     .map_err(bad_ca)?;
             let server_verifier =
-                WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
                     .build()
                     .map_err(bad_ca)?;
             Some(CaMaterial {
+                roots,
                 client_verifier,
                 server_verifier,
             })

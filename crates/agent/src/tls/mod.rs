@@ -6,16 +6,23 @@
 //!   verifiers built from the CA bundle — behind a `RwLock<Arc<Material>>`.
 //!   [`Tls::reload`] reads the files again and swaps the `Arc`; a failed reload keeps
 //!   the old material.
+//! - Both [`Tls::load`] and [`Tls::reload`] refuse a certificate the agent's peers
+//!   would refuse: expired, not valid yet, not usable to serve TLS, or not issued by
+//!   the CA bundle read with it (`checks.rs`). Serving it would cut the agent off from
+//!   every client and server; refusing it on SIGHUP keeps the old certificate served.
 //! - The rustls configs are built once, and their certificate resolvers and verifiers
 //!   are small objects that read the *current* material at each handshake. So an
 //!   acceptor or client config handed out before a reload serves the new certificate
 //!   and trusts the new CA from the next handshake on; established connections keep
 //!   what they negotiated. The server keeps no resumption state, so every handshake
 //!   verifies the client against the current CA.
-//! - Roles are Nomad's: a certificate is a server's iff it is valid for the DNS name
-//!   [`server_role_name`] (`server.<region>.schedstate`). [`Tls::peer_role`] tells the
-//!   HTTP layer what a connected peer is; [`Tls::server_client_config`] makes a server
-//!   accept only another server as the peer it dials, whatever address it dialed.
+//! - Roles are Nomad's: a certificate of the CA is a server's iff it lists the
+//!   serverAuth extended key usage and names [`server_role_name`]
+//!   (`server.<region>.schedstate`) exactly among its DNS names — a wildcard such as
+//!   `*.<region>.schedstate` does not make a server, nor does a clientAuth-only
+//!   certificate with the name. [`Tls::peer_role`] tells the HTTP layer what a
+//!   connected peer is; [`Tls::server_client_config`] makes a server accept only
+//!   another server as the peer it dials, whatever address it dialed.
 //! - The crypto provider is passed explicitly to every builder, so nothing depends on
 //!   a process-wide default provider being installed.
 
@@ -24,14 +31,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
+use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::NoServerSessionStorage;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ServerConfig};
 
+mod checks;
 mod files;
 mod verifiers;
 
@@ -46,7 +55,9 @@ pub const DEFAULT_REGION: &str = "global";
 const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// The DNS name (subject alternative name) that marks a certificate as a server's in
-/// `region`: `server.<region>.schedstate`, like Nomad's `server.<region>.nomad`.
+/// `region`: `server.<region>.schedstate`, like Nomad's `server.<region>.nomad`. It
+/// must be among the certificate's DNS names as is (a wildcard does not count), and
+/// the certificate must list the serverAuth extended key usage.
 pub fn server_role_name(region: &str) -> String {
     format!("server.{region}.schedstate")
 }
@@ -91,10 +102,11 @@ impl TlsOptions {
 pub enum PeerRole {
     /// No client certificate (or no CA configured to verify one).
     Anonymous,
-    /// A certificate chained to the CA, but not valid for the server role name.
+    /// A certificate chained to the CA, but not a server's.
     Client,
-    /// A certificate chained to the CA and valid for [`server_role_name`] of this
-    /// agent's region: another server.
+    /// A certificate chained to the CA, listing the serverAuth extended key usage and
+    /// naming [`server_role_name`] of this agent's region exactly (no wildcard): another
+    /// server.
     Server,
 }
 
@@ -131,6 +143,46 @@ pub enum TlsError {
         /// The file.
         path: PathBuf,
         /// What rustls/webpki reported.
+        reason: String,
+    },
+    /// This agent's certificate is past its notAfter date: nobody would accept it.
+    #[error(
+        "{path}: the certificate expired at {}; not serving it",
+        humantime::format_rfc3339_seconds(*not_after)
+    )]
+    CertificateExpired {
+        /// The certificate file.
+        path: PathBuf,
+        /// Its notAfter date.
+        not_after: std::time::SystemTime,
+    },
+    /// This agent's certificate is before its notBefore date (or this machine's clock
+    /// is behind): nobody would accept it yet.
+    #[error(
+        "{path}: the certificate is not valid before {}; not serving it",
+        humantime::format_rfc3339_seconds(*not_before)
+    )]
+    CertificateNotYetValid {
+        /// The certificate file.
+        path: PathBuf,
+        /// Its notBefore date.
+        not_before: std::time::SystemTime,
+    },
+    /// This agent's certificate lists extended key usages without serverAuth (a CLI
+    /// certificate, say): no TLS client would accept it from a server.
+    #[error("{path}: the certificate is not for TLS servers (no serverAuth usage)")]
+    CertificateNotForServing {
+        /// The certificate file.
+        path: PathBuf,
+    },
+    /// This agent's certificate does not verify against the CA bundle read with it.
+    #[error("{cert}: the certificate does not verify against the CA bundle {ca}: {reason}")]
+    CertificateNotFromCa {
+        /// The certificate file.
+        cert: PathBuf,
+        /// The CA bundle.
+        ca: PathBuf,
+        /// What webpki reported (about the certificates, never the key).
         reason: String,
     },
     /// The key file holds no private key.
@@ -201,6 +253,8 @@ struct Inner {
 struct Shared {
     provider: Arc<CryptoProvider>,
     role: ServerName<'static>,
+    /// `role` as text, for the exact comparison with a certificate's DNS names.
+    role_name: String,
     current: RwLock<Arc<Material>>,
 }
 
@@ -221,6 +275,8 @@ struct Material {
 }
 
 struct CaMaterial {
+    /// The CA bundle, for the server role check (`checks::check_server_role`).
+    roots: Arc<RootCertStore>,
     client_verifier: Arc<dyn ClientCertVerifier>,
     server_verifier: Arc<WebPkiServerVerifier>,
 }
@@ -249,18 +305,22 @@ fn provider() -> Arc<CryptoProvider> {
 impl Tls {
     /// Reads the certificate chain, key and CA bundle of `opts` and builds the agent's
     /// configs. Fails on unreadable files, a missing certificate or key, a key that is
-    /// not the certificate's, an unusable CA bundle, or `verify_clients` without a CA.
+    /// not the certificate's, an unusable CA bundle, `verify_clients` without a CA, or
+    /// a certificate peers would refuse: expired, not valid yet, without serverAuth
+    /// usage, or (with a CA bundle) not verifying against it.
     pub fn load(opts: TlsOptions) -> Result<Tls, TlsError> {
         if opts.verify_clients && opts.files.ca.is_none() {
             return Err(TlsError::VerifyClientsWithoutCa);
         }
-        let role = ServerName::try_from(server_role_name(&opts.region))
+        let role_name = server_role_name(&opts.region);
+        let role = ServerName::try_from(role_name.clone())
             .map_err(|_| TlsError::BadRegion(opts.region.clone()))?;
         let provider = provider();
-        let material = read_material(&opts.files, &provider)?;
+        let material = read_material(&opts.files, &provider, UnixTime::now())?;
         let shared = Arc::new(Shared {
             provider: provider.clone(),
             role,
+            role_name,
             current: RwLock::new(Arc::new(material)),
         });
 
@@ -315,9 +375,16 @@ impl Tls {
 
     /// Reads the files again and, if all of them are good, makes them the material of
     /// every new handshake (through configs built before as well). On error the old
-    /// material stays in use and the error is returned.
+    /// material stays in use and the error is returned for the caller to log. Refused
+    /// like at [`load`](Self::load): a certificate that is expired, not valid yet,
+    /// without serverAuth usage or not verifying against the (new) CA bundle — the
+    /// old certificate goes on being served rather than one that nobody accepts.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let material = read_material(&self.inner.opts.files, &self.inner.shared.provider)?;
+        let material = read_material(
+            &self.inner.opts.files,
+            &self.inner.shared.provider,
+            UnixTime::now(),
+        )?;
         *self.inner.shared.current.write() = Arc::new(material);
         Ok(())
     }
@@ -349,33 +416,42 @@ impl Tls {
     /// verified during its handshake (`ServerConnection::peer_certificates`).
     ///
     /// Only certificates from a handshake on [`server_config`](Self::server_config)
-    /// may be passed: the chain is not verified again here.
+    /// may be passed: the handshake verified them as a client's; here they are
+    /// verified again as a server's (chain to the current CA, serverAuth usage listed,
+    /// the role name exactly). A reload between the handshake and this call can only
+    /// make the answer stricter (a certificate of a CA no longer trusted is a client).
     pub fn peer_role(&self, certs: Option<&[CertificateDer<'_>]>) -> PeerRole {
         if !self.has_ca() {
             // No certificate was requested, so none was verified.
             return PeerRole::Anonymous;
         }
-        let Some(end_entity) = certs.and_then(|c| c.first()) else {
+        let Some((end_entity, intermediates)) = certs.and_then(|c| c.split_first()) else {
             return PeerRole::Anonymous;
         };
-        match webpki::EndEntityCert::try_from(end_entity) {
-            Ok(cert)
-                if cert
-                    .verify_is_valid_for_subject_name(&self.inner.shared.role)
-                    .is_ok() =>
-            {
-                PeerRole::Server
-            }
-            // Verified against the CA, but not a server's.
-            _ => PeerRole::Client,
+        let shared = &self.inner.shared;
+        let current = shared.current();
+        let Some(ca) = current.ca.as_ref() else {
+            return PeerRole::Client;
+        };
+        match checks::check_server_role(
+            end_entity,
+            intermediates,
+            &ca.roots,
+            shared.algorithms(),
+            &shared.role_name,
+            UnixTime::now(),
+        ) {
+            Ok(()) => PeerRole::Server,
+            // Verified against the CA by the handshake, but not a server's.
+            Err(_) => PeerRole::Client,
         }
     }
 
     /// The client config one server uses to call another (Raft RPCs, forwarded
     /// requests): presents this agent's certificate, and accepts the peer only if its
-    /// certificate chains to the CA and is valid for [`server_role_name`] of this
-    /// region — whatever name or address was dialed, so addresses need not be in the
-    /// certificates. ALPN `http/1.1`. Needs a CA ([`TlsError::NoCa`]).
+    /// certificate chains to the CA and is a server's as for [`peer_role`](Self::peer_role)
+    /// (serverAuth usage, [`server_role_name`] of this region exactly) — whatever name
+    /// or address was dialed, so addresses need not be in the certificates. ALPN `http/1.1`. Needs a CA ([`TlsError::NoCa`]).
     pub fn server_client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
         self.inner.peer_client_config.clone().ok_or(TlsError::NoCa)
     }

@@ -10,9 +10,10 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 use super::Shared;
+use super::checks::{NotAServer, check_server_role};
 
 fn no_ca_error() -> rustls::Error {
     rustls::Error::General("no CA configured".to_owned())
@@ -117,10 +118,28 @@ impl ClientCertVerifier for CurrentClientVerifier {
 }
 
 /// Verifies a dialed server against the current CA and the server role name, in place
-/// of the name that was dialed.
+/// of the name that was dialed: the name exactly, and the serverAuth usage listed
+/// (`checks::check_server_role`, as for `Tls::peer_role`).
 #[derive(Debug)]
 pub(super) struct ServerRoleVerifier {
     pub(super) shared: Arc<Shared>,
+}
+
+impl ServerRoleVerifier {
+    /// The rustls error a dialing server reports for a peer that is not a server.
+    fn refusal_error(&self, end_entity: &CertificateDer<'_>, refusal: NotAServer) -> rustls::Error {
+        let error = match refusal {
+            NotAServer::NoServerAuth => CertificateError::InvalidPurpose,
+            NotAServer::NotTheRoleName => CertificateError::NotValidForNameContext {
+                expected: self.shared.role.clone(),
+                presented: webpki::EndEntityCert::try_from(end_entity)
+                    .map(|cert| cert.valid_dns_names().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            },
+            NotAServer::Refused(e) => CertificateError::Other(rustls::OtherError(Arc::new(e))),
+        };
+        rustls::Error::InvalidCertificate(error)
+    }
 }
 
 impl ServerCertVerifier for ServerRoleVerifier {
@@ -134,13 +153,27 @@ impl ServerCertVerifier for ServerRoleVerifier {
     ) -> Result<ServerCertVerified, rustls::Error> {
         let current = self.shared.current();
         let ca = current.ca.as_ref().ok_or_else(no_ca_error)?;
-        ca.server_verifier.verify_server_cert(
+        // rustls's verifier first, for its errors (unknown issuer, expiry, ...) as any
+        // TLS client reports them; it lets a wildcard name and a certificate without
+        // usages through, so the server role check follows. That verifies the chain a
+        // second time: once per connection between servers, which are long-lived.
+        let verified = ca.server_verifier.verify_server_cert(
             end_entity,
             intermediates,
             &self.shared.role,
             ocsp_response,
             now,
+        )?;
+        check_server_role(
+            end_entity,
+            intermediates,
+            &ca.roots,
+            self.shared.algorithms(),
+            &self.shared.role_name,
+            now,
         )
+        .map_err(|refusal| self.refusal_error(end_entity, refusal))?;
+        Ok(verified)
     }
 
     fn verify_tls12_signature(
