@@ -212,6 +212,9 @@ pub struct Limits {
     pub conns_per_client: usize,
     /// Open connections in all. Above it, new ones are closed at once.
     pub conns: usize,
+    /// Open connections of the cluster's servers (proven by a server certificate,
+    /// with mutual TLS): counted apart, never under the clients' caps.
+    pub server_conns: usize,
     /// A request's head must arrive within this; an idle keep-alive connection is
     /// closed after it too (a slowloris client is cut off).
     pub header_read_timeout: Duration,
@@ -260,7 +263,7 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 100 connections per client, 16,384 in all, 10 s for a request head (and to
+    /// 100 connections per client, 16,384 in all, 1,024 more for servers, 10 s for a request head (and to
     /// idle), 30 s for a body, 20 s for a blocked write, a 256 KiB send buffer per
     /// connection, 16 MiB per write, 512 MiB of clients' bodies in
     /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 256 MiB of
@@ -272,6 +275,7 @@ impl Default for Limits {
         Limits {
             conns_per_client: 100,
             conns: 16_384,
+            server_conns: 1_024,
             header_read_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(20),
@@ -298,6 +302,7 @@ impl Limits {
         let counts = [
             ("conns_per_client", self.conns_per_client),
             ("conns", self.conns),
+            ("server_conns", self.server_conns),
             ("write_body_bytes", self.write_body_bytes),
             ("body_bytes_in_flight", self.body_bytes_in_flight),
             ("body_bytes_per_client", self.body_bytes_per_client),

@@ -2,7 +2,9 @@
 //! of `axum::serve` (which sets no timer, so no timeout at all).
 //!
 //! - A connection over the per-client or total limit is closed as soon as it is
-//!   accepted: a client holding many idle connections shuts out only itself.
+//!   accepted: a client holding many idle connections shuts out only itself. With
+//!   mutual TLS, a server's connection is never shut out by clients
+//!   (`service/connections.rs`).
 //! - Each request's head must arrive within the header-read timeout; hyper starts
 //!   that timer whenever a connection waits for a request, so an idle keep-alive
 //!   connection is closed after it too, and a slowloris client is cut off.
@@ -31,11 +33,17 @@ use tokio::task::JoinSet;
 use tower::ServiceExt;
 
 use super::stall::StallGuard;
-use crate::service::Service;
+use crate::service::{Admission, Service};
 use crate::tls::PeerRole;
 
-/// The largest request head hyper buffers (Nomad's clients send a few hundred bytes).
+/// The largest request head taken (Nomad's clients send a few hundred bytes).
 const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// hyper's read buffer limit. hyper refuses a head once its buffer holds this much
+/// without the head's end — but the buffer may grow by one more read first, so a
+/// limit of N takes heads up to nearly 2N (a 100 KB head passed a limit of 64 KiB):
+/// half of [`MAX_HEAD_BYTES`] keeps every head within it.
+const HYPER_BUF_BYTES: usize = MAX_HEAD_BYTES / 2;
 
 /// Serves `app` on `listener` until `stopping` turns true.
 pub(crate) async fn serve(
@@ -47,7 +55,7 @@ pub(crate) async fn serve(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(st.limits.header_read_timeout)
-        .max_buf_size(MAX_HEAD_BYTES.max(8192))
+        .max_buf_size(HYPER_BUF_BYTES.max(8192))
         .keep_alive(true);
     let http = Arc::new(http);
     let mut conns = JoinSet::new();
@@ -67,7 +75,10 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let Some(permit) = st.gates.connection(peer.ip()) else {
+        // With mutual TLS, a connection over the client caps may still be a server's:
+        // its handshake tells (`service/connections.rs`).
+        let servers_provable = st.tls.as_ref().is_some_and(|t| t.has_ca());
+        let Some(admission) = st.gates.conns.admit(peer.ip(), servers_provable) else {
             st.metrics.connections_refused.inc();
             drop(stream);
             continue;
@@ -79,11 +90,9 @@ pub(crate) async fn serve(
             app.clone(),
             st.clone(),
             stopping.clone(),
+            admission,
         );
-        conns.spawn(async move {
-            conn.await;
-            drop(permit);
-        });
+        conns.spawn(conn);
     }
     // Stopping: connections finish their request in flight; the agent waits for them
     // (bounded by its own shutdown deadline).
@@ -115,6 +124,7 @@ fn serve_one(
     app: Router,
     st: Arc<Service>,
     stopping: watch::Receiver<bool>,
+    admission: Admission,
 ) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
     let _ = stream.set_nodelay(true);
     // A fixed send buffer: the kernel would grow it to 4 MiB for a client that reads
@@ -128,15 +138,12 @@ fn serve_one(
                 role: PeerRole::Anonymous,
                 peer: peer.ip(),
             };
-            Box::pin(serve_conn(
-                http.clone(),
-                stream,
-                peer,
-                app,
-                conn,
-                stopping,
-                st.limits.header_read_timeout,
-            ))
+            let head_timeout = st.limits.header_read_timeout;
+            let http = http.clone();
+            Box::pin(async move {
+                serve_conn(http, stream, peer, app, conn, stopping, head_timeout).await;
+                drop(admission);
+            })
         }
         Some(tls) => Box::pin(serve_tls(
             http.clone(),
@@ -146,11 +153,13 @@ fn serve_one(
             app,
             st,
             stopping,
+            admission,
         )),
     }
 }
 
 /// The TLS handshake, then HTTP/1 over it.
+#[allow(clippy::too_many_arguments)]
 async fn serve_tls(
     http: Arc<http1::Builder>,
     tls: crate::tls::Tls,
@@ -159,6 +168,7 @@ async fn serve_tls(
     app: Router,
     st: Arc<Service>,
     stopping: watch::Receiver<bool>,
+    admission: Admission,
 ) {
     // The handshake is bounded like a request head: a client that opens a connection
     // and sends nothing holds it no longer.
@@ -182,6 +192,16 @@ async fn serve_tls(
         }
     };
     let role = tls.peer_role(stream.get_ref().1.peer_certificates());
+    // A server's connection moves to the servers' count; one admitted on probation
+    // that is no server's is closed now.
+    let Some(admission) = st
+        .gates
+        .conns
+        .after_handshake(admission, role == PeerRole::Server)
+    else {
+        st.metrics.connections_refused.inc();
+        return;
+    };
     let conn = Connection {
         role,
         peer: peer.ip(),
@@ -189,6 +209,7 @@ async fn serve_tls(
     let head_timeout = st.limits.header_read_timeout;
     drop(st);
     serve_conn(http, stream, peer, app, conn, stopping, head_timeout).await;
+    drop(admission);
 }
 
 /// Serves one connection: its plain GETs ourselves (`gets.rs`: a blocked client

@@ -1,19 +1,17 @@
-//! [`Gates`]: the counted resources of an agent — connections per client and in all,
+//! [`Gates`]: the counted resources of an agent — connections ([`Connections`]),
 //! bytes of request bodies held (the clients' budget, each client's share of it, and
 //! the servers' own), waiting blocking queries, open event streams, snapshot
 //! downloads, scans ([`Scans`]). Each is taken without waiting: over a limit the
 //! caller is refused at once (a connection closed, a request answered 429), so a flood
 //! costs the agent nothing it has not budgeted and other clients are served meanwhile.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::connections::Connections;
 use super::scans::Scans;
-use super::shares::{ClientKey, ClientKeys, Held, Shares};
+use super::shares::{ClientKeys, Held, Shares};
 use crate::config::Limits;
 
 /// Which limit refused a request.
@@ -133,34 +131,8 @@ pub(crate) struct Gates {
     answer_shares: Arc<Shares>,
     /// Reads whose work grows with a table.
     pub scans: Scans,
-    conns: Arc<Mutex<Conns>>,
-    conns_per_client: usize,
-    conns_total: usize,
-}
-
-#[derive(Default)]
-struct Conns {
-    total: usize,
-    by_client: HashMap<ClientKey, usize>,
-}
-
-/// An open connection, counted until dropped.
-pub(crate) struct ConnPermit {
-    conns: Arc<Mutex<Conns>>,
-    client: ClientKey,
-}
-
-impl Drop for ConnPermit {
-    fn drop(&mut self) {
-        let mut c = self.conns.lock();
-        c.total -= 1;
-        if let Some(n) = c.by_client.get_mut(&self.client) {
-            *n -= 1;
-            if *n == 0 {
-                c.by_client.remove(&self.client);
-            }
-        }
-    }
+    /// Open connections: clients' and servers'.
+    pub conns: Connections,
 }
 
 /// A semaphore's permits are `u32`; a limit above that is as good as none.
@@ -180,9 +152,7 @@ impl Gates {
             answer_bytes: Arc::new(Semaphore::new(permits(limits.answer_bytes_in_flight))),
             answer_shares: Shares::new(limits.answer_bytes_per_client),
             scans: Scans::new(limits),
-            conns: Arc::default(),
-            conns_per_client: limits.conns_per_client,
-            conns_total: limits.conns,
+            conns: Connections::new(limits),
         }
     }
 
@@ -244,53 +214,11 @@ impl Gates {
             _share: share,
         })
     }
-
-    /// A new connection from `ip`, or `None` when that client (an address, an IPv6
-    /// /64) or the agent has as many as allowed.
-    pub fn connection(&self, ip: IpAddr) -> Option<ConnPermit> {
-        let client = ClientKey::address(ip);
-        let mut c = self.conns.lock();
-        if c.total >= self.conns_total {
-            return None;
-        }
-        let n = c.by_client.entry(client.clone()).or_insert(0);
-        if *n >= self.conns_per_client {
-            if *n == 0 {
-                c.by_client.remove(&client);
-            }
-            return None;
-        }
-        *n += 1;
-        c.total += 1;
-        Some(ConnPermit {
-            conns: self.conns.clone(),
-            client,
-        })
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn connections_are_counted_per_client_and_in_all() {
-        let limits = Limits {
-            conns_per_client: 2,
-            conns: 3,
-            ..Limits::default()
-        };
-        let g = Gates::new(&limits);
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let a1 = g.connection(a).unwrap();
-        let _a2 = g.connection(a).unwrap();
-        assert!(g.connection(a).is_none(), "a third from one client");
-        let _b1 = g.connection(b).unwrap();
-        assert!(g.connection(b).is_none(), "a fourth in all");
-        drop(a1);
-        assert!(g.connection(a).is_some(), "room again once one closed");
-    }
 
     #[test]
     fn work_is_refused_over_its_limit_and_given_back() {
@@ -340,18 +268,5 @@ mod tests {
         assert_eq!(g.client_body(&late).grow(1), Err(Refused::BodyBytes));
         // ... and the servers' RPCs still have theirs.
         g.raft_body().grow(50).unwrap();
-    }
-
-    #[test]
-    fn connections_of_one_ipv6_64_are_counted_together() {
-        let limits = Limits {
-            conns_per_client: 2,
-            ..Limits::default()
-        };
-        let g = Gates::new(&limits);
-        let _a = g.connection("2001:db8::1".parse().unwrap()).unwrap();
-        let _b = g.connection("2001:db8::2".parse().unwrap()).unwrap();
-        assert!(g.connection("2001:db8::3".parse().unwrap()).is_none());
-        assert!(g.connection("2001:db8:0:1::1".parse().unwrap()).is_some());
     }
 }

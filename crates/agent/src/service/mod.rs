@@ -4,6 +4,7 @@
 //! request, ask the service, and present the answer.
 
 mod acl;
+mod connections;
 mod gates;
 mod scans;
 mod shares;
@@ -15,6 +16,7 @@ use schedstate_raft::Server;
 use tokio::sync::watch;
 
 pub(crate) use acl::{AuthError, Caller, hash_secret, new_uuid, unix_now};
+pub(crate) use connections::Admission;
 pub(crate) use gates::{AnswerPermit, BodyPermit, Gates};
 pub(crate) use scans::{Budget, ScanRefused};
 pub(crate) use shares::ClientKeys;

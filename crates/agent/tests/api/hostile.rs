@@ -508,3 +508,28 @@ async fn browsers_of_other_sites_and_bodies_of_other_types_are_refused() {
     agents.client(0).apply(&upsert("n1", "ebs")).await.unwrap();
     agents.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_heads_over_64_kib_are_refused() {
+    let agents = Agents::start(1, None).await;
+    let to = addr(&agents, 0);
+    let head_of = |bytes: usize| {
+        let start = "GET /v1/status/leader HTTP/1.1\r\nHost: a\r\nX-Padding: ";
+        let end = "\r\n\r\n";
+        let pad = "a".repeat(bytes - start.len() - end.len());
+        format!("{start}{pad}{end}")
+    };
+    for (bytes, taken) in [
+        (4 << 10, true),
+        (30 << 10, true),
+        (65 << 10, false),
+        (66 << 10, false),
+        (100 << 10, false),
+        (200 << 10, false),
+    ] {
+        let status = status_of_head(to, &head_of(bytes)).await;
+        let served = status.as_deref().is_some_and(|s| s.contains(" 200 "));
+        assert_eq!(served, taken, "a head of {bytes} bytes: {status:?}");
+    }
+    agents.shutdown().await;
+}

@@ -332,3 +332,52 @@ async fn stalled_event_streams_hold_a_bounded_amount_each() {
     drop(held);
     agents.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_filling_the_leaders_cap_on_the_servers_address_do_not_shut_the_servers_out() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let pki = Arc::new(crate::support::Pki::new(3));
+    let p = pki.clone();
+    let agents = Agents::start_with(3, Some(TOKEN), move |c| {
+        c.tls = Some(p.options(c.id));
+        c.cluster_key = None;
+        c.limits.conns_per_client = 20;
+        // Idle connections (the servers' pooled ones too) close after this.
+        c.limits.header_read_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let before = terms(&agents);
+    // Clients on the servers' own address (one host, or one NAT) keep the leader's
+    // per-address cap full: each connection sends nothing, is closed at the header
+    // timeout, and is opened again at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut holders = Vec::new();
+    for _ in 0..20 {
+        let (stop, port) = (stop.clone(), agents.ports[leader]);
+        holders.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)).await {
+                    let mut buf = [0u8; 64];
+                    let _ = tokio::time::timeout(
+                        Duration::from_secs(3),
+                        tokio::io::AsyncReadExt::read(&mut s, &mut buf),
+                    )
+                    .await;
+                }
+            }
+        }));
+    }
+    // The follower's pooled connections to the leader go idle and close; its
+    // forwarded writes need new ones, which arrive over the cap.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in holders {
+        h.abort();
+    }
+    assert_isolated("the leader's cap full", &before, &agents, unloaded, loaded);
+    agents.shutdown().await;
+}
