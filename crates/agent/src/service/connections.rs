@@ -196,10 +196,8 @@ mod tests {
         // Not a server: closed. A server: kept, on the servers' count.
         assert!(c.after_handshake(second, false).is_none());
         let third = c.admit(ip, true).unwrap();
-        assert!(matches!(
-            c.after_handshake(third, true),
-            Some(Admission::Server(_))
-        ));
+        let third = c.after_handshake(third, true);
+        assert!(matches!(third, Some(Admission::Server(_))));
         // The first turns out a server's too: its client place is freed.
         let first = c.after_handshake(first, true).unwrap();
         assert!(matches!(first, Admission::Server(_)));
