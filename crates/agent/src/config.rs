@@ -247,8 +247,12 @@ pub struct Limits {
     pub answer_bytes_per_client: usize,
     /// Blocking queries waiting at once.
     pub blocking_queries: usize,
+    /// Of those, what one client (an address, an IPv6 /64, a token) may have waiting.
+    pub blocking_queries_per_client: usize,
     /// Event streams open at once.
     pub event_streams: usize,
+    /// Of those, what one client (an address, an IPv6 /64, a token) may have open.
+    pub event_streams_per_client: usize,
     /// Snapshot downloads (`GET /v1/operator/snapshot`) at once.
     pub snapshot_downloads: usize,
     /// Scans (lists, filters: reads whose work grows with a table) running at once,
@@ -268,7 +272,7 @@ impl Default for Limits {
     /// connection, 16 MiB per write, 512 MiB of clients' bodies in
     /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 256 MiB of
     /// unsent large answers of which 32 MiB per client, 16,384
-    /// blocking queries, 1,024 event streams, 2 snapshot downloads; scans on half
+    /// blocking queries (4,096 per client), 1,024 event streams (64 per client), 2 snapshot downloads; scans on half
     /// the cores (at least one), 2 per client, waiting at most 5 s for a thread,
     /// 2 s each.
     fn default() -> Self {
@@ -287,7 +291,9 @@ impl Default for Limits {
             answer_bytes_in_flight: 256 << 20,
             answer_bytes_per_client: 32 << 20,
             blocking_queries: 16_384,
+            blocking_queries_per_client: 4_096,
             event_streams: 1_024,
+            event_streams_per_client: 64,
             snapshot_downloads: 2,
             scan_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
             scans_per_client: 2,
@@ -313,7 +319,12 @@ impl Limits {
             ("scan_threads", self.scan_threads),
             ("scans_per_client", self.scans_per_client),
             ("blocking_queries", self.blocking_queries),
+            (
+                "blocking_queries_per_client",
+                self.blocking_queries_per_client,
+            ),
             ("event_streams", self.event_streams),
+            ("event_streams_per_client", self.event_streams_per_client),
             ("snapshot_downloads", self.snapshot_downloads),
         ];
         for (name, value) in counts {

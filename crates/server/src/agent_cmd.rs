@@ -70,6 +70,17 @@ pub struct AgentArgs {
     /// Event streams allowed open at once (more are answered 429).
     #[arg(long, value_name = "N", default_value_t = Limits::default().event_streams)]
     pub max_event_streams: usize,
+    /// Blocking queries one client (an address, an IPv6 /64, a token) may have waiting.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().blocking_queries_per_client)]
+    pub max_blocking_queries_per_client: usize,
+    /// Event streams one client (an address, an IPv6 /64, a token) may have open.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().event_streams_per_client)]
+    pub max_event_streams_per_client: usize,
+    /// The time one list or filtered read may take before it is answered 422
+    /// BudgetExceeded (as 2s, 500ms).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration,
+          default_value = "2s")]
+    pub scan_budget: std::time::Duration,
 }
 
 /// Logging to stderr, filtered by `RUST_LOG` (`target=level` directives, as in
@@ -160,6 +171,9 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
         conns: args.max_conns,
         blocking_queries: args.max_blocking_queries,
         event_streams: args.max_event_streams,
+        blocking_queries_per_client: args.max_blocking_queries_per_client,
+        event_streams_per_client: args.max_event_streams_per_client,
+        scan_budget: args.scan_budget,
         ..Limits::default()
     };
     match schedstate_agent::raise_open_file_limit() {

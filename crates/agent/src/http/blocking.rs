@@ -87,20 +87,20 @@ async fn run<T: Serialize>(
         .as_ref()
         .and_then(|o| o.deadline)
         .unwrap_or_else(|| Instant::now() + opts.effective_wait());
+    let client = p
+        .client
+        .clone()
+        .unwrap_or_else(|| ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None));
     // A query that may wait holds a place under the limit of blocking queries.
     let mut waiting = if p.index > 0 {
         let place = p.park.as_ref().and_then(|o| o.place.as_ref());
-        match Place::take_or_new(place, st) {
+        match Place::take_or_new(place, st, &client) {
             Ok(w) => Some(w),
             Err(e) => return e.into_response(),
         }
     } else {
         None
     };
-    let client = p
-        .client
-        .clone()
-        .unwrap_or_else(|| ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None));
     let mut stopping = st.stopping.clone();
     let mut last_round = false;
     loop {

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use schedstate::WatchSet;
 
 use super::error::ApiError;
-use crate::service::Service;
+use crate::service::{ClientKeys, CountPermit, Service};
 
 /// In a request's extensions: its connection can hold the wait itself.
 #[derive(Debug, Clone, Default)]
@@ -58,10 +58,11 @@ impl Place {
     pub(crate) fn take_or_new(
         place: Option<&Place>,
         st: &Arc<Service>,
+        client: &ClientKeys,
     ) -> Result<Waiting, ApiError> {
         match place.and_then(|p| p.0.lock().take()) {
             Some(w) => Ok(w),
-            None => Waiting::new(st),
+            None => Waiting::new(st, client),
         }
     }
 }
@@ -99,15 +100,15 @@ pub(crate) struct ParkedWait {
 /// lives (parked or inside its request).
 pub(crate) struct Waiting {
     st: Arc<Service>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: CountPermit,
 }
 
 impl Waiting {
     /// A place under the limit, or the `429` that says there is none.
-    pub(crate) fn new(st: &Arc<Service>) -> Result<Waiting, ApiError> {
+    pub(crate) fn new(st: &Arc<Service>, client: &ClientKeys) -> Result<Waiting, ApiError> {
         let permit = st
             .gates
-            .blocking_query()
+            .blocking_query(client)
             .map_err(|r| ApiError::too_many(r.message(&st.limits)))?;
         st.metrics.blocking_waiting.inc();
         Ok(Waiting {

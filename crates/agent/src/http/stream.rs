@@ -26,7 +26,7 @@ use crate::api::ErrorBody;
 use crate::events::{EventBuffer, Since, TopicFilter};
 use std::sync::Arc;
 
-use crate::service::Caller;
+use crate::service::{Caller, ClientKeys, CountPermit};
 use schedstate::state::Commit;
 
 /// At most this many writes are taken from the buffer per lock (more than the
@@ -57,7 +57,7 @@ struct Open {
     /// Who opened the stream: checked again as it goes, so that a revoked or expired
     /// token's stream ends (at the next write or heartbeat).
     caller: Caller,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permit: CountPermit,
     cursor: u64,
     filter: TopicFilter,
     newest: tokio::sync::watch::Receiver<u64>,
@@ -98,7 +98,7 @@ impl Open {
 impl Open {
     fn new(
         st: AppState,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        permit: CountPermit,
         cursor: u64,
         filter: TopicFilter,
         caller: Caller,
@@ -240,7 +240,11 @@ pub(crate) async fn events(
     // An index older than what this server holds starts at the oldest write it holds,
     // as Nomad starts at the closest batch it has.
     let cursor = cursor.max(st.events.held_after());
-    let permit = match st.gates.event_stream() {
+    let client = p
+        .client
+        .clone()
+        .unwrap_or_else(|| ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None));
+    let permit = match st.gates.event_stream(&client) {
         Ok(p) => p,
         Err(r) => return ApiError::too_many(r.message(&st.limits)).into_response(),
     };

@@ -19,6 +19,10 @@ use crate::config::Limits;
 pub(crate) enum Refused {
     BlockingQueries,
     EventStreams,
+    /// One client's share of the blocking queries.
+    ClientBlockingQueries,
+    /// One client's share of the event streams.
+    ClientEventStreams,
     SnapshotDownloads,
     BodyBytes,
     /// One client's share of the body budget.
@@ -42,6 +46,16 @@ impl Refused {
             Refused::EventStreams => format!(
                 "{} event streams are open on this server already",
                 limits.event_streams
+            ),
+            Refused::ClientBlockingQueries => format!(
+                "this client (address or token) has {} blocking queries waiting on this server \
+                 already (blocking_queries_per_client)",
+                limits.blocking_queries_per_client
+            ),
+            Refused::ClientEventStreams => format!(
+                "this client (address or token) has {} event streams open on this server \
+                 already (event_streams_per_client)",
+                limits.event_streams_per_client
             ),
             Refused::SnapshotDownloads => format!(
                 "{} snapshot downloads are running on this server already",
@@ -113,6 +127,12 @@ impl BodyPermit {
     }
 }
 
+/// A place under a count and its client's share of it, given back when dropped.
+pub(crate) struct CountPermit {
+    _all: OwnedSemaphorePermit,
+    _share: Held,
+}
+
 /// A large answer's bytes, held until it was handed to its connection.
 pub(crate) struct AnswerPermit {
     _all: OwnedSemaphorePermit,
@@ -122,7 +142,9 @@ pub(crate) struct AnswerPermit {
 /// The counted resources.
 pub(crate) struct Gates {
     blocking: Arc<Semaphore>,
+    blocking_shares: Arc<Shares>,
     streams: Arc<Semaphore>,
+    stream_shares: Arc<Shares>,
     snapshots: Arc<Semaphore>,
     body_bytes: Arc<Semaphore>,
     body_shares: Arc<Shares>,
@@ -144,7 +166,9 @@ impl Gates {
     pub fn new(limits: &Limits) -> Gates {
         Gates {
             blocking: Arc::new(Semaphore::new(permits(limits.blocking_queries))),
+            blocking_shares: Shares::new(limits.blocking_queries_per_client),
             streams: Arc::new(Semaphore::new(permits(limits.event_streams))),
+            stream_shares: Shares::new(limits.event_streams_per_client),
             snapshots: Arc::new(Semaphore::new(permits(limits.snapshot_downloads))),
             body_bytes: Arc::new(Semaphore::new(permits(limits.body_bytes_in_flight))),
             body_shares: Shares::new(limits.body_bytes_per_client),
@@ -161,14 +185,30 @@ impl Gates {
         sem.clone().try_acquire_many_owned(n).map_err(|_| why)
     }
 
-    /// A waiting blocking query.
-    pub fn blocking_query(&self) -> Result<OwnedSemaphorePermit, Refused> {
-        Self::take(&self.blocking, 1, Refused::BlockingQueries)
+    /// A waiting blocking query of `client`.
+    pub fn blocking_query(&self, client: &ClientKeys) -> Result<CountPermit, Refused> {
+        let share = self
+            .blocking_shares
+            .take(client, 1)
+            .ok_or(Refused::ClientBlockingQueries)?;
+        let all = Self::take(&self.blocking, 1, Refused::BlockingQueries)?;
+        Ok(CountPermit {
+            _all: all,
+            _share: share,
+        })
     }
 
-    /// An open event stream.
-    pub fn event_stream(&self) -> Result<OwnedSemaphorePermit, Refused> {
-        Self::take(&self.streams, 1, Refused::EventStreams)
+    /// An open event stream of `client`.
+    pub fn event_stream(&self, client: &ClientKeys) -> Result<CountPermit, Refused> {
+        let share = self
+            .stream_shares
+            .take(client, 1)
+            .ok_or(Refused::ClientEventStreams)?;
+        let all = Self::take(&self.streams, 1, Refused::EventStreams)?;
+        Ok(CountPermit {
+            _all: all,
+            _share: share,
+        })
     }
 
     /// A running snapshot download.
@@ -228,10 +268,11 @@ mod tests {
             ..Limits::default()
         };
         let g = Gates::new(&limits);
-        let q = g.blocking_query().unwrap();
-        assert_eq!(g.blocking_query().err(), Some(Refused::BlockingQueries));
+        let me = ClientKeys::new("10.0.0.1".parse().unwrap(), None);
+        let q = g.blocking_query(&me).unwrap();
+        assert_eq!(g.blocking_query(&me).err(), Some(Refused::BlockingQueries));
         drop(q);
-        assert!(g.blocking_query().is_ok());
+        assert!(g.blocking_query(&me).is_ok());
         let me = ClientKeys::new("10.0.0.1".parse().unwrap(), None);
         let mut b = g.client_body(&me);
         b.grow(8).unwrap();

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 
 pub(crate) use acl::{AuthError, Caller, hash_secret, new_uuid, unix_now};
 pub(crate) use connections::Admission;
-pub(crate) use gates::{AnswerPermit, BodyPermit, Gates};
+pub(crate) use gates::{AnswerPermit, BodyPermit, CountPermit, Gates};
 pub(crate) use scans::{Budget, ScanRefused};
 pub(crate) use shares::ClientKeys;
 
