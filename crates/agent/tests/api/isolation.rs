@@ -23,8 +23,14 @@ const TOKEN: &str = "isolation-test-management-token";
 /// tests of this binary run beside these).
 const NOISE: Duration = Duration::from_millis(150);
 
-/// Honest writes measured per phase.
-const HONEST: usize = 60;
+/// Honest writes measured per phase: 60, or `ISOLATION_HONEST` (the noisy-neighbour
+/// figures in BENCHMARKS.md are these tests in release with 1,000).
+fn honest() -> usize {
+    std::env::var("ISOLATION_HONEST")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
 
 /// One attack at a time: each measures the honest client against its own attack only.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -46,9 +52,10 @@ async fn honest_writes(agents: &Agents, via: usize, tag: &str, n: usize) -> Vec<
     took
 }
 
-fn p99(mut d: Vec<Duration>) -> Duration {
+fn percentile(d: &[Duration], p: usize) -> Duration {
+    let mut d = d.to_vec();
     d.sort();
-    d[(d.len() * 99).div_ceil(100) - 1]
+    d[(d.len() * p).div_ceil(100).max(1) - 1]
 }
 
 fn terms(agents: &Agents) -> Vec<u64> {
@@ -69,8 +76,12 @@ fn assert_isolated(
     loaded: Vec<Duration>,
 ) {
     assert_eq!(terms(agents), terms_before, "{what}: an election happened");
-    let (calm, busy) = (p99(unloaded), p99(loaded));
-    eprintln!("{what}: honest writes p99 {calm:?} unloaded, {busy:?} under the attack");
+    let (calm, busy) = (percentile(&unloaded, 99), percentile(&loaded, 99));
+    eprintln!(
+        "{what}: honest writes through a follower, p50/p99 {:?}/{calm:?} unloaded, {:?}/{busy:?} under the attack",
+        percentile(&unloaded, 50),
+        percentile(&loaded, 50),
+    );
     assert!(
         busy <= calm * 2 + NOISE,
         "{what}: honest p99 {busy:?} under the attack, {calm:?} without"
@@ -103,7 +114,7 @@ async fn a_costly_filter_is_cut_at_its_budget_and_the_cluster_writes_on() {
     let follower = (leader + 1) % 3;
     load_nodes(&agents, leader, 3_000).await;
     agents.wait_applied_everywhere().await;
-    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
     let before = terms(&agents);
 
     // Four requests at once, again and again, each a 600-way regular expression over
@@ -139,7 +150,7 @@ async fn a_costly_filter_is_cut_at_its_budget_and_the_cluster_writes_on() {
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    let loaded = honest_writes(&agents, follower, "busy", honest()).await;
     stop.store(true, Ordering::Relaxed);
     let mut answers = Vec::new();
     for a in attackers {
@@ -181,7 +192,7 @@ async fn slow_bodies_hold_what_they_sent_and_raft_keeps_its_own_budget() {
     .await;
     let leader = agents.wait_leader().await;
     let follower = (leader + 1) % 3;
-    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
     let before = terms(&agents);
     // 40 connections to each server, each claiming the largest write (16 MiB) and
     // sending one byte of it: 640 MiB claimed on each server, more than all the
@@ -202,7 +213,7 @@ async fn slow_bodies_hold_what_they_sent_and_raft_keeps_its_own_budget() {
         }
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    let loaded = honest_writes(&agents, follower, "busy", honest()).await;
     assert_isolated("slow bodies", &before, &agents, unloaded, loaded);
     drop(held);
     agents.shutdown().await;
@@ -266,7 +277,7 @@ async fn unread_large_answers_hold_a_bounded_share_and_end_at_the_write_timeout(
     let follower = (leader + 1) % 3;
     load_nodes(&agents, leader, 3_000).await;
     agents.wait_applied_everywhere().await;
-    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
     let before = terms(&agents);
     let rss_before = rss_kib();
     // 100 clients ask for the largest answer (every node, whole, indented: several
@@ -281,7 +292,7 @@ async fn unread_large_answers_hold_a_bounded_share_and_end_at_the_write_timeout(
         "100 unread answers: RSS grew {grown} KiB ({} KiB each)",
         grown / 100
     );
-    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    let loaded = honest_writes(&agents, follower, "busy", honest()).await;
     // What the answers may hold (the client's share, 32 MiB), one answer being
     // built, and the allocator's slack.
     assert!(grown < 64 << 10, "RSS grew {grown} KiB");
@@ -312,7 +323,7 @@ async fn stalled_event_streams_hold_a_bounded_amount_each() {
     // Writes for the streams to carry: 3,000 nodes in six large writes.
     load_nodes(&agents, leader, 3_000).await;
     agents.wait_applied_everywhere().await;
-    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
     let before = terms(&agents);
     let rss_before = rss_kib();
     // 100 streams from the start of the buffer, never read.
@@ -320,7 +331,7 @@ async fn stalled_event_streams_hold_a_bounded_amount_each() {
         "GET /v1/event/stream?index=0 HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
     );
     let held = unread(&agents, follower, 100, &head).await;
-    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    let loaded = honest_writes(&agents, follower, "busy", honest()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let grown = rss_kib().saturating_sub(rss_before);
     eprintln!(
@@ -348,7 +359,7 @@ async fn clients_filling_the_leaders_cap_on_the_servers_address_do_not_shut_the_
     .await;
     let leader = agents.wait_leader().await;
     let follower = (leader + 1) % 3;
-    let unloaded = honest_writes(&agents, follower, "calm", HONEST).await;
+    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
     let before = terms(&agents);
     // Clients on the servers' own address (one host, or one NAT) keep the leader's
     // per-address cap full: each connection sends nothing, is closed at the header
@@ -373,7 +384,7 @@ async fn clients_filling_the_leaders_cap_on_the_servers_address_do_not_shut_the_
     // The follower's pooled connections to the leader go idle and close; its
     // forwarded writes need new ones, which arrive over the cap.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let loaded = honest_writes(&agents, follower, "busy", HONEST).await;
+    let loaded = honest_writes(&agents, follower, "busy", honest()).await;
     stop.store(true, Ordering::Relaxed);
     for h in holders {
         h.abort();
