@@ -267,13 +267,13 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 100 connections per client, 16,384 in all, 1,024 more for servers, 10 s for a request head (and to
-    /// idle), 30 s for a body, 20 s for a blocked write, a 256 KiB send buffer per
-    /// connection, 16 MiB per write, 512 MiB of clients' bodies in
-    /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies, 256 MiB of
-    /// unsent large answers of which 32 MiB per client, 16,384
-    /// blocking queries (4,096 per client), 1,024 event streams (64 per client), 2 snapshot downloads; scans on half
-    /// the cores (at least one), 2 per client, waiting at most 5 s for a thread,
+    /// 100 connections per client, 16,384 in all, 1,024 more for servers; 10 s for a
+    /// request head (and to idle), 30 s for a body, 20 s for a blocked write, a 256 KiB
+    /// send buffer per connection; 16 MiB per write, 512 MiB of clients' bodies in
+    /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies; 64 MiB of unsent
+    /// large answers of which 16 MiB per client; 16,384 blocking queries (4,096 per
+    /// client), 1,024 event streams (64 per client), 2 snapshot downloads; scans on
+    /// half the cores (at least one), 2 per client, waiting at most 5 s for a thread,
     /// 2 s each.
     fn default() -> Self {
         Limits {
@@ -288,8 +288,8 @@ impl Default for Limits {
             body_bytes_in_flight: 512 << 20,
             body_bytes_per_client: 64 << 20,
             raft_body_bytes: 256 << 20,
-            answer_bytes_in_flight: 256 << 20,
-            answer_bytes_per_client: 32 << 20,
+            answer_bytes_in_flight: 64 << 20,
+            answer_bytes_per_client: 16 << 20,
             blocking_queries: 16_384,
             blocking_queries_per_client: 4_096,
             event_streams: 1_024,

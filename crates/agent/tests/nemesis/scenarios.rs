@@ -350,18 +350,15 @@ async fn a_follower_that_cannot_reach_the_leader_answers_within_its_bounds() {
     run.cluster.proxy.set(follower, l, Fault::Drop);
     run.partitioned(true);
     tokio::time::sleep(SETTLE_PARTITION).await;
-    assert_eq!(
-        run.cluster.leader_seen_by(follower),
-        Some(l),
-        "the follower still hears the leader"
-    );
+    // On a loaded machine the leader's heartbeats can come late enough for the third
+    // server to win an election — before the probes or during them; the follower
+    // reaches that leader, and its probes may then rightly succeed.
+    let still_hears = run.cluster.leader_seen_by(follower) == Some(l);
     let term = run.cluster.term_seen_by(follower);
     run.probe(&[follower]);
     run.await_probes().await;
-    // On a loaded machine the leader's heartbeats can come late enough for the third
-    // server to win an election; the follower reaches that leader, and its probes may
-    // then rightly succeed.
-    if run.cluster.term_seen_by(follower) != term {
+    if !still_hears || run.cluster.term_seen_by(follower) != term {
+        eprintln!("nemesis one-way: an election during the partition; probe successes accepted");
         run.accept_probe_successes();
     }
     run.finish().await;
