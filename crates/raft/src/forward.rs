@@ -105,7 +105,7 @@ pub(crate) async fn propose_or_forward(
 
 /// Resolves once this server no longer takes `id` for the leader (an election began,
 /// or another server won one), or its Raft stopped.
-async fn leader_moves_from(server: &Server, id: NodeId) {
+pub(crate) async fn leader_moves_from(server: &Server, id: NodeId) {
     let mut metrics = server.raft().metrics();
     loop {
         if metrics.borrow_and_update().current_leader != Some(id) {
