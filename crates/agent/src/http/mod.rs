@@ -8,7 +8,8 @@
 //! | `gets.rs`, `park.rs` | plain GETs served without hyper; a blocking read's wait parked on its connection |
 //! | `auth.rs` | layers: a stopped Raft and browsers from other sites (every API route); the ACL token and its scope (per group of routes) |
 //! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
-//! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
+//! | `consistency.rs` | in front of the reads: the leader's confirmation, a follower's read index (the read then runs on the follower), or the proxy |
+//! | `proxy.rs` | a request sent on to the leader whole (operator routes; reads when the leader is too old for ReadIndex), at most 32 in flight per leader |
 //! | `body.rs` | reading a body: content type, claimed and real size, budget, timeout |
 //! | `reads.rs` | `GET` of nodes, allocations, plugins, volumes — all blocking queries |
 //! | `jobs.rs` | jobs: `GET` (blocking), register, stop and purge in Nomad's shapes |
@@ -37,6 +38,7 @@ mod operator;
 mod park;
 mod peers;
 mod pretty;
+mod proxy;
 pub(crate) mod query;
 mod raft_rpc;
 mod reads;
@@ -59,6 +61,7 @@ use tower_http::compression::predicate::{
 };
 
 pub use error::ApiError;
+pub(crate) use proxy::ProxySlots;
 pub(crate) use serve::{Connection, HandshakeFailures, serve};
 
 use auth::Need;

@@ -68,6 +68,7 @@ pub(crate) async fn serve(
             drop(stream);
             continue;
         };
+        let open = st.metrics.connection_opened();
         let conn = serve_one(
             &http,
             stream,
@@ -78,7 +79,7 @@ pub(crate) async fn serve(
         );
         conns.spawn(async move {
             conn.await;
-            drop(permit);
+            drop((permit, open));
         });
     }
     // Stopping: connections finish their request in flight; the agent waits for them

@@ -3,6 +3,7 @@
 
 mod acl;
 mod false_wakes;
+mod follower_reads;
 mod health;
 mod hostile;
 mod idempotency;
