@@ -156,7 +156,7 @@ mod tests {
         let barrier: ReadBarrier<u64, ClusterError> = ReadBarrier::default();
         let abandoned = tokio::time::timeout(
             Duration::from_millis(10),
-            barrier.confirm(|| std::future::pending()),
+            barrier.confirm(std::future::pending),
         )
         .await;
         assert!(abandoned.is_err());
