@@ -207,3 +207,21 @@ pub(super) async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -
     );
     resp
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_to_one_leader_are_capped_and_the_slots_come_back() {
+        let slots = ProxySlots::default();
+        let held: Vec<_> = (0..PROXIED_PER_TARGET)
+            .map(|_| slots.take("10.0.0.1:4646").expect("a slot"))
+            .collect();
+        assert!(slots.take("10.0.0.1:4646").is_none());
+        // Another target has its own.
+        assert!(slots.take("10.0.0.2:4646").is_some());
+        drop(held);
+        assert!(slots.take("10.0.0.1:4646").is_some());
+    }
+}
