@@ -67,7 +67,11 @@ async fn two_hundred_blocked_reads_on_a_follower_hold_few_leader_connections() {
                     .headers()
                     .get("X-Nomad-KnownLeader")
                     .is_some_and(|v| v == "true");
-                (status, index, leader_known)
+                let last_contact: Option<u64> = resp
+                    .headers()
+                    .get("X-Nomad-LastContact")
+                    .and_then(|v| v.to_str().ok()?.parse().ok());
+                (status, index, leader_known, last_contact)
             })
         })
         .collect();
@@ -101,13 +105,18 @@ async fn two_hundred_blocked_reads_on_a_follower_hold_few_leader_connections() {
         .expect("a write through the follower");
     assert!(written > index);
     for r in reads {
-        let (status, got, leader_known) = tokio::time::timeout(DEADLINE, r)
+        let (status, got, leader_known, last_contact) = tokio::time::timeout(DEADLINE, r)
             .await
             .expect("the read returns")
             .unwrap();
         assert_eq!(status, 200);
         assert!(got >= written, "woken at {got}, the write was {written}");
+        // Answered by the follower, with its own view of the leader.
         assert!(leader_known);
+        assert!(
+            last_contact.is_some_and(|ms| ms < 5_000),
+            "X-Nomad-LastContact {last_contact:?}"
+        );
     }
     let seen = agents
         .client(follower)
