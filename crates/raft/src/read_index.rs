@@ -38,6 +38,10 @@ use crate::{ClusterError, NodeId, ProposeError, Server};
 /// machine. The agent gives a consistent read as long on the leader.
 pub const READ_INDEX_WAIT: Duration = Duration::from_secs(5);
 
+/// How long a leader's confirmation round keeps asking a quorum that did not answer
+/// within openraft's heartbeat interval ([`Server::confirm_leadership`]).
+const QUORUM_RETRY: Duration = Duration::from_secs(1);
+
 /// How long a follower that knows no leader waits for an election's outcome before
 /// it says so.
 const LEADER_WAIT: Duration = Duration::from_secs(3);
@@ -113,20 +117,30 @@ impl Server {
 
     /// Confirms this server's leadership with a quorum in a round that started after
     /// the call, and waits until it applied everything committed before (openraft's
-    /// `ensure_linearizable`); concurrent calls share rounds.
+    /// `ensure_linearizable`); concurrent calls share rounds. openraft gives the
+    /// quorum one heartbeat interval (40 ms) to answer: a loaded machine misses that
+    /// now and then, and 200 woken blocking reads were answered 503 for it. A round
+    /// asks again for up to [`QUORUM_RETRY`] (each try starts after the reads it
+    /// answers arrived, so any of them confirms them).
     pub(crate) async fn confirm_leadership(&self) -> Result<(), ClusterError> {
         let raft = self.raft();
         self.leader_reads()
             .confirm(|| async {
-                match raft.ensure_linearizable().await {
-                    Ok(_) => Ok(()),
-                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                        Err(ProposeError::not_leader(f).into())
+                let until = Instant::now() + QUORUM_RETRY;
+                loop {
+                    match raft.ensure_linearizable().await {
+                        Ok(_) => return Ok(()),
+                        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                            return Err(ProposeError::not_leader(f).into());
+                        }
+                        Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
+                            if Instant::now() >= until {
+                                return Err(ClusterError::Unavailable(q.to_string()));
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        Err(RaftError::Fatal(_)) => return Err(ClusterError::Stopped),
                     }
-                    Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
-                        Err(ClusterError::Unavailable(q.to_string()))
-                    }
-                    Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
                 }
             })
             .await
