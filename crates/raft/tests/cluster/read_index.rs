@@ -1,11 +1,21 @@
 //! ReadIndex: consistent reads on a follower (`Server::read_index`) — a write the
 //! leader acknowledged is seen through a follower, thousands of concurrent reads
-//! share a few RPCs, and a follower cut off from the leader says so promptly.
+//! share a few RPCs, a follower cut off from the leader says so promptly, and a
+//! leader too old for the RPC is named for the caller's fallback.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use schedstate_raft::{READ_INDEX_WAIT, ReadIndexError, ServerOptions};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use schedstate::state::Command;
+use schedstate_raft::{
+    ClusterError, Committed, Network, NodeId, ProposeError, READ_INDEX_WAIT, ReadIndexError,
+    Router, RouterNetwork, RpcFailure, RpcResult, Server, ServerOptions, TypeConfig, WriteKey,
+};
 
 use crate::support::{Cluster, DEADLINE, marker_node, propose_until_known};
 
@@ -134,4 +144,102 @@ async fn a_follower_cut_off_from_the_leader_refuses_promptly_and_recovers() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cluster.shutdown().await;
+}
+
+/// The network of a cluster whose servers predate ReadIndex, as a newer follower
+/// sees it: every RPC goes through, a ReadIndex is refused as undecodable (the
+/// agent's transport reports an older server's 400 answer so).
+#[derive(Clone)]
+struct OlderServers(RouterNetwork);
+
+impl Network for OlderServers {
+    async fn append_entries(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: AppendEntriesRequest<TypeConfig>,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        self.0.append_entries(target, addr, rpc).await
+    }
+
+    async fn vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: VoteRequest<NodeId>,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        self.0.vote(target, addr, rpc).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        target: NodeId,
+        addr: &str,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        self.0.install_snapshot(target, addr, rpc).await
+    }
+
+    async fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        command: Command,
+        key: Option<WriteKey>,
+    ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
+        self.0.forward(target, addr, command, key).await
+    }
+
+    async fn read_index(
+        &self,
+        target: NodeId,
+        _addr: &str,
+    ) -> Result<Result<u64, ClusterError>, RpcFailure> {
+        Err(RpcFailure::Protocol {
+            target,
+            reason: "answered 400 Bad Request: malformed RPC".into(),
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_does_not_know_read_index_is_named_for_the_fallback() {
+    let root = tempfile::tempdir().unwrap();
+    let router = Router::new();
+    let mut servers = Vec::new();
+    for id in 1..=3 {
+        let net = OlderServers(router.network(id));
+        let dir = root.path().join(format!("s{id}"));
+        let s = Server::open(id, &dir, ServerOptions::default(), net)
+            .await
+            .unwrap();
+        router.add(s.clone());
+        servers.push(s);
+    }
+    servers[0]
+        .initialize((1..=3).map(|id| (id, format!("server-{id}"))))
+        .await
+        .unwrap();
+    let leader = servers[0].wait_for_leader(DEADLINE).await.unwrap();
+    for s in &servers {
+        s.wait_for_leader(DEADLINE).await.unwrap();
+    }
+    let follower = servers.iter().find(|s| s.id() != leader).unwrap();
+    match follower.read_index(DEADLINE).await {
+        Err(ReadIndexError::Unsupported {
+            leader: named,
+            address,
+            ..
+        }) => {
+            assert_eq!(named, leader);
+            assert_eq!(address, format!("server-{leader}"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The leader itself needs no RPC.
+    let l = servers.iter().find(|s| s.id() == leader).unwrap();
+    assert!(l.read_index(DEADLINE).await.is_ok());
+    for s in &servers {
+        s.shutdown().await;
+    }
 }
