@@ -4,8 +4,9 @@
 //! A [`Network`] value belongs to one server (it knows who is sending, so a test
 //! router can cut links). It carries the three Raft RPCs and two of ours: forwarding a
 //! proposal to the leader, and asking it for a read index (a follower's consistent
-//! read, [`crate::read_index`]). Two implementations: [`Router`](crate::Router), in process,
-//! able to drop, delay and partition; [`TcpNetwork`](crate::TcpNetwork), over TCP.
+//! read, [`Server::read_index`](crate::Server::read_index)). Two implementations:
+//! [`Router`](crate::Router), in process, able to drop, delay and partition;
+//! [`TcpNetwork`](crate::TcpNetwork), over TCP.
 
 use std::fmt;
 use std::future::Future;

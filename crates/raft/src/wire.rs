@@ -38,7 +38,7 @@ pub enum RpcRequest {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// A proposal forwarded to the leader, with its write key if it has one.
     Forward(Command, Option<WriteKey>),
-    /// A follower asks the leader for a read index ([`crate::read_index`]). Last:
+    /// A follower asks the leader for a read index ([`Server::read_index`]). Last:
     /// postcard numbers the variants, and a server older than this one refuses it as
     /// undecodable, which the follower takes for "proxy the read instead".
     ReadIndex,
