@@ -176,6 +176,8 @@ impl Server {
                 .map_err(|_| ReadIndexError::Timeout {
                     waited_ms: waited(),
                 })??;
+        // The round waited for the apply; a snapshot installed since cannot take
+        // this server back, but stay exact rather than assume it.
         if self.last_applied() < index {
             let left = timeout.saturating_sub(start.elapsed());
             self.wait_applied(index, left)
@@ -194,8 +196,9 @@ impl Server {
     }
 }
 
-/// One round on a follower: the leader it knows of asked once, or, if this server
-/// has become the leader meanwhile, its own confirmation.
+/// One round on a follower: the leader it knows of asked once (or, if this server
+/// has become the leader meanwhile, its own confirmation), then this server's own
+/// apply of the index awaited.
 async fn follower_round(server: &Server) -> Result<u64, ReadIndexError> {
     let (leader, addr) = match server.leader_node().await {
         Some(l) => l,
@@ -212,11 +215,12 @@ async fn follower_round(server: &Server) -> Result<u64, ReadIndexError> {
     if addr.is_empty() {
         return Err(ReadIndexError::NoLeader);
     }
+    let start = Instant::now();
     let ask = tokio::time::timeout(
         READ_INDEX_WAIT,
         server.network().read_index(leader, addr.clone()),
     );
-    tokio::select! {
+    let index = tokio::select! {
         answer = ask => match answer {
             Ok(Ok(Ok(index))) => Ok(index),
             Ok(Ok(Err(refused))) => Err(refused.into()),
@@ -236,5 +240,18 @@ async fn follower_round(server: &Server) -> Result<u64, ReadIndexError> {
             }),
         },
         () = leader_moves_from(server, leader) => Err(ReadIndexError::LeaderMoved { leader }),
+    }?;
+    // The round waits for this server's apply, once for every read it answers:
+    // openraft's `wait` wakes each waiter on every change of the metrics, and
+    // thousands of reads waiting each on their own were thousands of wakes an entry.
+    if server.last_applied() < index {
+        server
+            .wait_applied(index, READ_INDEX_WAIT)
+            .await
+            .map_err(|_| ReadIndexError::Behind {
+                index,
+                waited_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })?;
     }
+    Ok(index)
 }
