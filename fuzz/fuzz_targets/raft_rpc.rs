@@ -89,6 +89,6 @@ fn run(data: &[u8]) {
                 assert!(receiver.held() as u64 <= cap);
             }
         }
-        RpcRequest::Forward(..) => {}
+        RpcRequest::Forward(..) | RpcRequest::ReadIndex => {}
     }
 }

@@ -163,6 +163,7 @@ impl Agent {
             max_wait: config.max_wait,
             heartbeat: config.event_heartbeat,
             proxy: dialer.client(Duration::from_secs(2)),
+            proxy_slots: crate::http::ProxySlots::default(),
             dialer: dialer.clone(),
             tls: tls.clone(),
             handshake_failures: Default::default(),

@@ -6,7 +6,7 @@
 //!   ┌──────────────────────────────────────┐       ▲
 //!   │ accept loop: limits, TLS handshake,  │       │ POST /v1/raft/rpc
 //!   │ peer role → guard → ACL token+scope  │       │ (mutual TLS and/or the
-//!   │ → consistency (leader, or proxy)     │       │  cluster key's MACs)
+//!   │ → consistency (leader; read index)   │       │  cluster key's MACs)
 //!   ├──────────┬──────────┬────────┬───────┤       │
 //!   │ reads    │ writes   │ events │ ops,  │  ── HttpTransport ──┘
 //!   │ blocking │ propose_ │ stream │ acl   │

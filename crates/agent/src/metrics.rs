@@ -37,12 +37,16 @@ pub struct Metrics {
     pub raft_rpcs_refused: Counter,
     /// Connections closed on accept: over the per-client or total limit.
     pub connections_refused: Counter,
+    /// Connections open now (accepted and within the limits), clients' and servers'
+    /// alike: on a leader, what its followers' reads and Raft RPCs hold.
+    connections_open: Gauge,
     /// API requests refused for their token (none, unknown, expired, wrong scope).
     pub requests_unauthorized: Counter,
     /// TLS handshakes that failed (bad or missing certificates, plain HTTP on a TLS
     /// port).
     pub tls_handshakes_failed: Counter,
     // Read at scrape time.
+    read_index_rounds: Counter,
     log_appends: Counter,
     log_entries: Counter,
     log_fsyncs: Counter,
@@ -73,6 +77,8 @@ impl Metrics {
             event_streams: Gauge::default(),
             raft_rpcs_refused: Counter::default(),
             connections_refused: Counter::default(),
+            connections_open: Gauge::default(),
+            read_index_rounds: Counter::default(),
             requests_unauthorized: Counter::default(),
             tls_handshakes_failed: Counter::default(),
             log_appends: Counter::default(),
@@ -139,6 +145,16 @@ impl Metrics {
             "connections_refused",
             "Connections closed on accept (over the per-client or total limit)",
             m.connections_refused.clone(),
+        );
+        r.register(
+            "connections_open",
+            "Connections open now (clients' and other servers')",
+            m.connections_open.clone(),
+        );
+        r.register(
+            "read_index_rounds",
+            "ReadIndex rounds this server ran as a follower (one RPC to the leader each, shared by every consistent read waiting)",
+            m.read_index_rounds.clone(),
         );
         r.register(
             "requests_unauthorized",
@@ -212,6 +228,7 @@ impl Metrics {
     /// The text exposition, with the scraped-at-read numbers brought up to date.
     pub fn render(&self, server: &Server) -> String {
         let stats = server.log_stats();
+        catch_up(&self.read_index_rounds, server.read_index_rounds());
         catch_up(&self.log_appends, stats.appends);
         catch_up(&self.log_entries, stats.entries);
         catch_up(&self.log_fsyncs, stats.fsyncs);
@@ -236,6 +253,23 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// An accepted connection, counted in `connections_open` until dropped.
+pub(crate) struct OpenConnection(Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Metrics {
+    /// Counts a connection open until the value is dropped.
+    pub(crate) fn connection_opened(&self) -> OpenConnection {
+        self.connections_open.inc();
+        OpenConnection(self.connections_open.clone())
     }
 }
 

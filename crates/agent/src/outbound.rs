@@ -1,4 +1,4 @@
-//! The agent's outgoing HTTP — Raft RPCs, reads proxied to the leader, the bootstrap
+//! The agent's outgoing HTTP — Raft RPCs, requests proxied to the leader, the bootstrap
 //! probe, and the [`Client`](crate::Client) — over hyper's HTTP/1.1 client (the same
 //! hyper the server is built on, with hyper-util's connection pool), dialing through
 //! [`Dialer`]: TCP with a connect timeout and `TCP_NODELAY`, then, for `https://`, a

@@ -104,9 +104,12 @@ pub(crate) async fn propose_or_forward(
 }
 
 /// Resolves once this server no longer takes `id` for the leader (an election began,
-/// or another server won one), or its Raft stopped.
-async fn leader_moves_from(server: &Server, id: NodeId) {
-    let mut metrics = server.raft().metrics();
+/// or another server won one), or its Raft stopped. Watches openraft's server
+/// metrics, which change with the vote, the leader or the membership only — not with
+/// every entry appended or applied, which would wake each forwarded write and each
+/// ReadIndex round in flight.
+pub(crate) async fn leader_moves_from(server: &Server, id: NodeId) {
+    let mut metrics = server.raft().server_metrics();
     loop {
         if metrics.borrow_and_update().current_leader != Some(id) {
             return;

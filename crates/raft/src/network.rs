@@ -2,9 +2,11 @@
 //! makes any implementation openraft's network.
 //!
 //! A [`Network`] value belongs to one server (it knows who is sending, so a test
-//! router can cut links). It carries the three Raft RPCs and one of ours: forwarding a
-//! proposal to the leader. Two implementations: [`Router`](crate::Router), in process,
-//! able to drop, delay and partition; [`TcpNetwork`](crate::TcpNetwork), over TCP.
+//! router can cut links). It carries the three Raft RPCs and two of ours: forwarding a
+//! proposal to the leader, and asking it for a read index (a follower's consistent
+//! read, [`Server::read_index`](crate::Server::read_index)). Two implementations:
+//! [`Router`](crate::Router), in process, able to drop, delay and partition;
+//! [`TcpNetwork`](crate::TcpNetwork), over TCP.
 
 use std::fmt;
 use std::future::Future;
@@ -24,7 +26,7 @@ use openraft::raft::{
 };
 use schedstate::state::Command;
 
-use crate::{Committed, NodeId, ProposeError, TypeConfig, WriteKey};
+use crate::{ClusterError, Committed, NodeId, ProposeError, TypeConfig, WriteKey};
 
 /// Why an RPC got no answer from the remote Raft.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -101,6 +103,16 @@ pub trait Network: Clone + Send + Sync + 'static {
         command: Command,
         key: Option<WriteKey>,
     ) -> impl Future<Output = Result<Result<Committed, ProposeError>, RpcFailure>> + Send;
+
+    /// Asks `target` (the leader, as far as the caller knows) for a read index: the
+    /// index it had applied once it confirmed its leadership with a quorum, in a
+    /// round that started after the request arrived. A target that does not know the
+    /// RPC (an older server) fails with [`RpcFailure::Protocol`].
+    fn read_index(
+        &self,
+        target: NodeId,
+        addr: &str,
+    ) -> impl Future<Output = Result<Result<u64, ClusterError>, RpcFailure>> + Send;
 }
 
 /// A [`Network`] without its type: what the server handle and openraft's adapter hold.
@@ -142,6 +154,12 @@ pub(crate) trait ErasedNetwork: Send + Sync + 'static {
         command: Command,
         key: Option<WriteKey>,
     ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>>;
+
+    fn read_index(
+        &self,
+        target: NodeId,
+        addr: String,
+    ) -> BoxFuture<'_, Result<Result<u64, ClusterError>, RpcFailure>>;
 }
 
 impl<N: Network> ErasedNetwork for N {
@@ -183,6 +201,14 @@ impl<N: Network> ErasedNetwork for N {
         key: Option<WriteKey>,
     ) -> BoxFuture<'a, Result<Result<Committed, ProposeError>, RpcFailure>> {
         Box::pin(async move { Network::forward(self, target, &addr, command, key).await })
+    }
+
+    fn read_index(
+        &self,
+        target: NodeId,
+        addr: String,
+    ) -> BoxFuture<'_, Result<Result<u64, ClusterError>, RpcFailure>> {
+        Box::pin(async move { Network::read_index(self, target, &addr).await })
     }
 }
 

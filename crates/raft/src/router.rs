@@ -16,7 +16,7 @@ use schedstate::state::Command;
 
 use crate::network::{Network, RpcFailure, RpcResult};
 use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse, unexpected};
-use crate::{Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
+use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
 /// Connects servers of one process. Cheap to clone.
 ///
@@ -214,5 +214,20 @@ impl Network for RouterNetwork {
         let server = self.router.route(self.from, target).await?;
         let answer = server.propose_keyed(command, key).await;
         self.router.answer(self.from, target, answer)
+    }
+
+    async fn read_index(
+        &self,
+        target: NodeId,
+        _addr: &str,
+    ) -> Result<Result<u64, ClusterError>, RpcFailure> {
+        let server = self.router.route(self.from, target).await?;
+        match answer_or_refuse(&server, RpcRequest::ReadIndex).await {
+            RpcAnswer::ReadIndex(answer) => {
+                self.router
+                    .answer(self.from, target, answer.map_err(Into::into))
+            }
+            other => Err(unexpected(target, other)),
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
+use openraft::error::{InitializeError, RaftError};
 use openraft::{BasicNode, ChangeMembers, Config, Raft, SnapshotPolicy};
 use parking_lot::Mutex;
 use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
@@ -19,6 +19,7 @@ use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
 use crate::network::{BoxFuture, ErasedNetwork, Factory, Network};
 use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
+use crate::read_index::ReadIndexError;
 use crate::snapshot_cadence::SnapshotCadence;
 use crate::snapshot_receiver::{CheckedSnapshot, SnapshotReceiver};
 use crate::state_machine::{Applied, StateMachine};
@@ -137,6 +138,8 @@ struct Inner {
     batcher: Batcher,
     /// Concurrent consistent reads share their leadership checks.
     reads: ReadBarrier,
+    /// Concurrent consistent reads on a follower share their ReadIndex RPCs.
+    follower_reads: ReadBarrier<u64, ReadIndexError>,
     /// The chunks of a snapshot being received from a leader.
     receiver: Mutex<SnapshotReceiver>,
     /// The last snapshot received and checked, for the state machine to install
@@ -227,6 +230,7 @@ impl Server {
                     log,
                     batcher: Batcher::start(raft.clone()),
                     reads: ReadBarrier::default(),
+                    follower_reads: ReadBarrier::default(),
                     receiver: Mutex::default(),
                     checked,
                     election_holds: AtomicU64::new(0),
@@ -447,28 +451,24 @@ impl Server {
     /// waits until this server applied everything committed before the read, and
     /// returns that version of the state. Only the leader answers. Concurrent calls
     /// share confirmation rounds (each call is covered by a round that started after
-    /// it), so many readers cost one quorum round trip, not one each.
+    /// it), so many readers cost one quorum round trip, not one each. A follower's
+    /// consistent read is [`read_index`](Self::read_index).
     ///
     /// # Errors
     /// [`ClusterError::NotLeader`], or no quorum.
     pub async fn read_consistent(&self) -> Result<StateSnapshot, ClusterError> {
-        let raft = &self.inner.raft;
-        self.inner
-            .reads
-            .confirm(|| async {
-                match raft.ensure_linearizable().await {
-                    Ok(_) => Ok(()),
-                    Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                        Err(ProposeError::not_leader(f).into())
-                    }
-                    Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q))) => {
-                        Err(ClusterError::Unavailable(q.to_string()))
-                    }
-                    Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
-                }
-            })
-            .await?;
+        self.confirm_leadership().await?;
         Ok(self.inner.store.snapshot())
+    }
+
+    /// The leader's shared confirmation rounds ([`crate::read_index`]).
+    pub(crate) fn leader_reads(&self) -> &ReadBarrier {
+        &self.inner.reads
+    }
+
+    /// A follower's shared ReadIndex rounds ([`crate::read_index`]).
+    pub(crate) fn follower_reads(&self) -> &ReadBarrier<u64, ReadIndexError> {
+        &self.inner.follower_reads
     }
 
     /// A stale read: this server's latest applied state, without asking anyone.

@@ -122,7 +122,8 @@ pub fn run(args: &DemoArgs, n: usize) -> Result<(), CliError> {
     let watcher = {
         let clients = remote.clients.clone();
         let stop = stop.clone();
-        // Through a follower: a consistent read there is proxied to the leader.
+        // Through a follower: a consistent read there waits for a read index from the
+        // leader, then blocks on the follower itself.
         let first = (leader + 1) % n;
         thread::spawn(move || watch(clients, first, stop))
     };

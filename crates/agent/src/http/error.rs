@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use schedstate_raft::{ClusterError, ProposeError};
+use schedstate_raft::{ClusterError, ProposeError, ReadIndexError};
 
 use crate::api::ErrorBody;
 
@@ -134,6 +134,26 @@ impl From<ProposeError> for ApiError {
                     index: Some(index),
                 },
             },
+        }
+    }
+}
+
+/// A follower's read that got no read index: 503, the kind saying why (a client
+/// retries it, here or elsewhere).
+impl From<ReadIndexError> for ApiError {
+    fn from(e: ReadIndexError) -> Self {
+        match e {
+            ReadIndexError::NoLeader => ApiError::no_leader(),
+            ReadIndexError::Refused(c) => ApiError::from(c),
+            ReadIndexError::LeaderMoved { .. }
+            | ReadIndexError::Unsupported { .. }
+            | ReadIndexError::Unreachable { .. }
+            | ReadIndexError::Behind { .. }
+            | ReadIndexError::Timeout { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                public(&e.to_string()),
+            ),
         }
     }
 }

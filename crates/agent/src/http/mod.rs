@@ -10,7 +10,8 @@
 //! | `answers.rs` | large answers: their unsent bytes budgeted per client, handed out in pieces |
 //! | `auth.rs` | layers: a stopped Raft and browsers from other sites (every API route); the ACL token and its scope (per group of routes) |
 //! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
-//! | `consistency.rs` | in front of the reads: leader check, or proxy to the leader |
+//! | `consistency.rs` | in front of the reads: the leader's confirmation, a follower's read index (the read then runs on the follower), or the proxy |
+//! | `proxy.rs` | a request sent on to the leader whole (operator routes; reads when the leader is too old for ReadIndex), at most 32 in flight per leader |
 //! | `body.rs` | reading a body: content type, claimed and real size, budget, timeout |
 //! | `blocking.rs` | every read as a blocking query; lists as scans (off the workers, budgeted) |
 //! | `reads.rs` | `GET` of nodes, allocations, plugins, volumes — all blocking queries |
@@ -42,6 +43,7 @@ mod operator;
 mod park;
 mod peers;
 mod pretty;
+mod proxy;
 pub(crate) mod query;
 mod raft_rpc;
 mod reads;
@@ -65,6 +67,7 @@ use tower_http::compression::predicate::{
 };
 
 pub use error::ApiError;
+pub(crate) use proxy::ProxySlots;
 pub(crate) use serve::{Connection, HandshakeFailures, serve};
 
 use auth::Need;

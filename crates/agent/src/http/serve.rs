@@ -83,6 +83,7 @@ pub(crate) async fn serve(
             drop(stream);
             continue;
         };
+        let open = st.metrics.connection_opened();
         let conn = serve_one(
             &http,
             stream,
@@ -92,7 +93,10 @@ pub(crate) async fn serve(
             stopping.clone(),
             admission,
         );
-        conns.spawn(conn);
+        conns.spawn(async move {
+            conn.await;
+            drop(open);
+        });
     }
     // Stopping: connections finish their request in flight; the agent waits for them
     // (bounded by its own shutdown deadline).

@@ -47,8 +47,11 @@ pub(crate) struct Service {
     pub gates: Gates,
     pub max_wait: Duration,
     pub heartbeat: Duration,
-    /// For proxying consistent reads to the leader.
+    /// For proxying requests to the leader (operator routes; reads when the leader
+    /// is too old to answer ReadIndex).
     pub proxy: crate::outbound::HttpClient,
+    /// The proxied requests in flight per leader, capped.
+    pub proxy_slots: crate::http::ProxySlots,
     /// How the proxy dials the leader (scheme, TLS).
     pub dialer: PeerDialer,
     /// Turns `true` when the agent stops: blocking queries and streams end.

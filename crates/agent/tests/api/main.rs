@@ -1,8 +1,9 @@
 //! The agent's HTTP API in this process: reads, writes, blocking queries, bad input,
-//! tokens, the event stream, and three agents forwarding and proxying.
+//! tokens, the event stream, and three agents forwarding and reading on followers.
 
 mod acl;
 mod false_wakes;
+mod follower_reads;
 mod health;
 mod hostile;
 mod idempotency;
@@ -395,7 +396,7 @@ async fn event_stream_from_an_index_with_topics_and_heartbeats() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_agents_forward_writes_and_proxy_consistent_reads() {
+async fn three_agents_forward_writes_and_read_consistently_on_a_follower() {
     let agents = Agents::start(3, None).await;
     let leader = agents.wait_leader().await;
     let follower = (leader + 1) % 3;
@@ -404,7 +405,7 @@ async fn three_agents_forward_writes_and_proxy_consistent_reads() {
     // Applied on the follower before it answered: a stale read there sees it.
     let stale = f.node("n1", ReadOptions::stale()).await.unwrap();
     assert!(stale.value.is_some());
-    // A consistent read through the follower (proxied to the leader).
+    // A consistent read on the follower (after a read index from the leader).
     let consistent = f.node("n1", ReadOptions::default()).await.unwrap();
     assert_eq!(consistent.index, index);
 

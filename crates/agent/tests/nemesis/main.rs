@@ -13,6 +13,7 @@
 mod checker;
 mod cluster;
 mod deposed;
+mod follower_reads;
 mod proxied;
 mod proxy;
 mod run;

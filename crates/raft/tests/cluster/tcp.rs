@@ -75,6 +75,8 @@ async fn three_servers_over_tcp_replicate_forward_and_survive_the_leader() {
     for s in &servers {
         s.wait_applied(last, DEADLINE).await.unwrap();
     }
+    // A follower's read index, asked of the leader over TCP, covers every write.
+    assert!(follower.read_index(DEADLINE).await.unwrap() >= last);
 
     // The leader stops: endpoint closed, Raft stopped.
     let li = (leader - 1) as usize;
