@@ -258,8 +258,11 @@ pub struct Limits {
     /// Scans (lists, filters: reads whose work grows with a table) running at once,
     /// each on a thread of its own off the async workers.
     pub scan_threads: usize,
-    /// Scans one client (address or token) may have running or waiting.
+    /// Scans of one client (address or token) in the scan threads' queue at once;
+    /// its others wait behind them, in its own lane.
     pub scans_per_client: usize,
+    /// Scans one client (address or token) may have waiting or running in all.
+    pub scans_waiting_per_client: usize,
     /// How long a scan waits for a thread before it is answered 503 `Busy`.
     pub scan_queue_wait: Duration,
     /// The time one scan may take; past it, 422 `BudgetExceeded`.
@@ -273,8 +276,8 @@ impl Default for Limits {
     /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies; 64 MiB of unsent
     /// large answers of which 16 MiB per client; 16,384 blocking queries (4,096 per
     /// client), 1,024 event streams (64 per client), 2 snapshot downloads; scans on
-    /// half the cores (at least one), 2 per client, waiting at most 5 s for a thread,
-    /// 2 s each.
+    /// half the cores (at least one), 2 per client in their queue (1,024 waiting),
+    /// waiting at most 5 s for a thread, 2 s each.
     fn default() -> Self {
         Limits {
             conns_per_client: 100,
@@ -297,6 +300,7 @@ impl Default for Limits {
             snapshot_downloads: 2,
             scan_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
             scans_per_client: 2,
+            scans_waiting_per_client: 1_024,
             scan_queue_wait: Duration::from_secs(5),
             scan_budget: Duration::from_secs(2),
         }
@@ -318,6 +322,7 @@ impl Limits {
             ("answer_bytes_per_client", self.answer_bytes_per_client),
             ("scan_threads", self.scan_threads),
             ("scans_per_client", self.scans_per_client),
+            ("scans_waiting_per_client", self.scans_waiting_per_client),
             ("blocking_queries", self.blocking_queries),
             (
                 "blocking_queries_per_client",

@@ -244,16 +244,17 @@ fn unreachable_missing() -> ApiError {
 /// The answer to a scan that did not run.
 fn scan_refused(st: &Service, refused: &ScanRefused) -> ApiError {
     match refused {
-        ScanRefused::ClientShare(n) => ApiError::too_many(format!(
-            "this client (address or token) has {n} lists or filtered reads running or \
-             waiting already (scans_per_client); wait for one to finish"
+        ScanRefused::ClientQueue(n) => ApiError::too_many(format!(
+            "this client (address or token) has {n} lists or filtered reads waiting or \
+             running already (scans_waiting_per_client); wait for some to finish"
         )),
         ScanRefused::Busy(wait) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Busy",
             format!(
-                "no scan thread came free within {wait:?} ({} at once, scan_threads); retry later \
-                 or on another server",
+                "no scan thread came free for this read within {wait:?} ({} at once, \
+                 scan_threads; this client's others queued first); retry later or on another \
+                 server",
                 st.limits.scan_threads
             ),
         ),

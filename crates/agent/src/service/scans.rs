@@ -13,8 +13,11 @@
 //! - at most [`Limits::scan_threads`] scans run at once (by default half the
 //!   cores, at least one: the other half stays with Raft and the other clients); a
 //!   scan waits its turn at most [`Limits::scan_queue_wait`], then 503 `Busy`;
-//! - a client has at most [`Limits::scans_per_client`] scans running or waiting
-//!   (by address and by token, [`Shares`]); more are 429;
+//! - the threads are taken first come, first served, but a client (by address and
+//!   by token) is in that queue with at most [`Limits::scans_per_client`] scans at a
+//!   time: its others wait in its own lane, so a client with many scans delays
+//!   itself, not the others; it may have at most [`Limits::scans_waiting_per_client`]
+//!   waiting in all (429 past it);
 //! - each scan has [`Limits::scan_budget`] of time: the list checks its [`Budget`]
 //!   as it goes and gives up past it (422 `BudgetExceeded`, naming the limit);
 //! - an event stream makes its next lines on the same threads
@@ -24,21 +27,25 @@
 //! [`Limits::scan_threads`]: crate::Limits::scan_threads
 //! [`Limits::scan_queue_wait`]: crate::Limits::scan_queue_wait
 //! [`Limits::scans_per_client`]: crate::Limits::scans_per_client
+//! [`Limits::scans_waiting_per_client`]: crate::Limits::scans_waiting_per_client
 //! [`Limits::scan_budget`]: crate::Limits::scan_budget
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
+use std::collections::HashMap;
 
-use super::shares::{ClientKeys, Shares};
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::shares::{ClientKey, ClientKeys, Shares};
 use crate::config::Limits;
 
 /// Why a scan did not run, or stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ScanRefused {
-    /// The client has its share of scans running or waiting.
-    ClientShare(usize),
+    /// The client has this many scans waiting or running already.
+    ClientQueue(usize),
     /// No scan thread came free within the queue wait.
     Busy(Duration),
 }
@@ -78,10 +85,13 @@ impl Budget {
     }
 }
 
-/// The scan threads and their shares.
+/// The scan threads and the clients' lanes to them.
 pub(crate) struct Scans {
     threads: Arc<Semaphore>,
-    shares: Arc<Shares>,
+    /// Scans a client has waiting or running: bounded, so a client's queue is.
+    waiting: Arc<Shares>,
+    /// How many of a client's scans may wait for a thread at once.
+    lanes: Arc<Lanes>,
     queue_wait: Duration,
     budget: Duration,
 }
@@ -90,32 +100,103 @@ impl Scans {
     pub(crate) fn new(limits: &Limits) -> Scans {
         Scans {
             threads: Arc::new(Semaphore::new(limits.scan_threads)),
-            shares: Shares::new(limits.scans_per_client),
+            waiting: Shares::new(limits.scans_waiting_per_client),
+            lanes: Arc::new(Lanes {
+                width: limits.scans_per_client,
+                by_client: Mutex::default(),
+            }),
             queue_wait: limits.scan_queue_wait,
             budget: limits.scan_budget,
         }
     }
 
     /// Runs `scan` for `client` with a fresh [`Budget`], off the async workers, once
-    /// its turn comes.
+    /// its turn comes: first a place in the client's lanes (by address, then by
+    /// token: [`Limits::scans_per_client`] each), then a thread. The threads' queue is
+    /// first come, first served, and a client is in it at most its lanes' width at a
+    /// time: a client with a hundred scans waits behind itself, not others behind it.
     ///
     /// # Errors
-    /// [`ScanRefused`]: the client's share, or no thread within the queue wait.
+    /// [`ScanRefused`]: the client has its most scans waiting already, or no turn
+    /// came within the queue wait.
+    ///
+    /// [`Limits::scans_per_client`]: crate::Limits::scans_per_client
     pub(crate) async fn run<R: Send>(
         &self,
         client: &ClientKeys,
         scan: impl FnOnce(&Budget) -> R + Send,
     ) -> Result<R, ScanRefused> {
-        let _share = self
-            .shares
+        let _waiting = self
+            .waiting
             .take(client, 1)
-            .ok_or(ScanRefused::ClientShare(self.shares.share()))?;
-        let _thread = tokio::time::timeout(self.queue_wait, self.threads.acquire())
+            .ok_or(ScanRefused::ClientQueue(self.waiting.share()))?;
+        let busy = || ScanRefused::Busy(self.queue_wait);
+        let turn = async {
+            let by_address = Lanes::enter(&self.lanes, &client.address).await;
+            let by_token = match &client.token {
+                Some(t) => Some(Lanes::enter(&self.lanes, t).await),
+                None => None,
+            };
+            let thread = self.threads.acquire().await;
+            (by_address, by_token, thread)
+        };
+        let (_by_address, _by_token, thread) = tokio::time::timeout(self.queue_wait, turn)
             .await
-            .map_err(|_| ScanRefused::Busy(self.queue_wait))?
-            .map_err(|_| ScanRefused::Busy(self.queue_wait))?;
+            .map_err(|_| busy())?;
+        let _thread = thread.map_err(|_| busy())?;
         let budget = Budget::new(self.budget);
         Ok(off_the_workers(|| scan(&budget)))
+    }
+}
+
+/// Each client's lane: a semaphore as wide as a client's share of the threads' queue,
+/// made when the client first scans and dropped once no scan of it holds or waits for
+/// it.
+struct Lanes {
+    width: usize,
+    by_client: Mutex<HashMap<ClientKey, Arc<Semaphore>>>,
+}
+
+/// A place in a client's lane.
+struct InLane {
+    lanes: Arc<Lanes>,
+    client: ClientKey,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Lanes {
+    /// Waits for a place in `client`'s lane.
+    async fn enter(lanes: &Arc<Lanes>, client: &ClientKey) -> InLane {
+        let lane = lanes
+            .by_client
+            .lock()
+            .entry(client.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(lanes.width)))
+            .clone();
+        // Dropped mid-wait (the queue wait ran out), the future lets go of its lane;
+        // the next one made for this client starts empty, as this one is then.
+        let mut place = InLane {
+            lanes: lanes.clone(),
+            client: client.clone(),
+            permit: None,
+        };
+        place.permit = lane.acquire_owned().await.ok();
+        place
+    }
+}
+
+impl Drop for InLane {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        // The lane goes once nobody holds or waits for a place in it (each holds
+        // an `Arc` of it: a waiter's in its acquire future).
+        let mut by_client = self.lanes.by_client.lock();
+        if by_client
+            .get(&self.client)
+            .is_some_and(|lane| Arc::strong_count(lane) == 1)
+        {
+            by_client.remove(&self.client);
+        }
     }
 }
 
@@ -230,8 +311,10 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_client_gets_its_share_and_a_full_pool_answers_busy() {
-        let scans = Arc::new(Scans::new(&limits(1, 1, 20)));
+    async fn a_full_pool_answers_busy_and_a_client_queue_is_bounded() {
+        let mut l = limits(1, 1, 20);
+        l.scans_waiting_per_client = 2;
+        let scans = Arc::new(Scans::new(&l));
         let me = ClientKeys::new("10.0.0.1".parse().unwrap(), Some("t"));
         let other = ClientKeys::new("10.0.0.2".parse().unwrap(), Some("u"));
         let (started_tx, started_rx) = std::sync::mpsc::channel();
@@ -250,16 +333,67 @@ mod tests {
         tokio::task::spawn_blocking(move || started_rx.recv().unwrap())
             .await
             .unwrap();
+        // My second waits in my lane, then gives up at the queue wait.
         assert_eq!(
             scans.run(&me, |_| ()).await,
-            Err(ScanRefused::ClientShare(1))
+            Err(ScanRefused::Busy(Duration::from_millis(20)))
         );
+        // Another client's waits for the one thread and gives up too.
         assert_eq!(
             scans.run(&other, |_| ()).await,
             Err(ScanRefused::Busy(Duration::from_millis(20)))
         );
+        // My third while two are mine (one running, one waiting): refused at once.
+        let waiting = {
+            let (scans, me) = (scans.clone(), me.clone());
+            tokio::spawn(async move { scans.run(&me, |_| 1).await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(
+            scans.run(&me, |_| ()).await,
+            Err(ScanRefused::ClientQueue(2))
+        );
+        let _ = waiting.await.unwrap();
         release_tx.send(()).unwrap();
         running.await.unwrap().unwrap();
         assert_eq!(scans.run(&other, |_| 7).await, Ok(7));
+        assert!(
+            scans.lanes.by_client.lock().is_empty(),
+            "the lanes go when idle"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_with_many_scans_waits_behind_itself_not_others_behind_it() {
+        let scans = Arc::new(Scans::new(&limits(1, 1, 5_000)));
+        let busy = ClientKeys::new("10.0.0.1".parse().unwrap(), None);
+        let other = ClientKeys::new("10.0.0.2".parse().unwrap(), None);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let (scans, busy, order) = (scans.clone(), busy.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                scans
+                    .run(&busy, |_| {
+                        std::thread::sleep(Duration::from_millis(10));
+                        order.lock().push(format!("busy{i}"));
+                    })
+                    .await
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        let o = order.clone();
+        scans
+            .run(&other, move |_| o.lock().push("other".into()))
+            .await
+            .unwrap();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        let order = order.lock();
+        let at = order.iter().position(|s| s == "other").unwrap();
+        // Behind at most what the busy client had in the queue (its lane's width and
+        // the one running), not behind all eight.
+        assert!(at <= 3, "{order:?}");
     }
 }

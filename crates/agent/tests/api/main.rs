@@ -7,7 +7,6 @@ mod follower_reads;
 mod health;
 mod hostile;
 mod idempotency;
-mod isolation;
 mod jobs;
 mod nomad;
 mod parked;

@@ -14,8 +14,25 @@ use schedstate::state::Command;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::error_of;
-use crate::support::{Agents, node};
+use schedstate_agent::api::ErrorBody;
+use support::{Agents, node};
+
+// The api tests' agents and requests (some of it unused here).
+#[allow(dead_code)]
+#[path = "../api/support.rs"]
+mod support;
+
+async fn error_of(resp: reqwest::Response) -> (u16, ErrorBody) {
+    let status = resp.status().as_u16();
+    let body = resp.bytes().await.expect("body");
+    let e: ErrorBody = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!(
+            "not an error body ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
+    (status, e)
+}
 
 const TOKEN: &str = "isolation-test-management-token";
 
@@ -135,7 +152,7 @@ async fn a_costly_filter_is_cut_at_its_budget_and_the_cluster_writes_on() {
     for _ in 0..4 {
         let (url, stop) = (url.clone(), stop.clone());
         attackers.push(tokio::spawn(async move {
-            let http = crate::support::http();
+            let http = support::http();
             let mut seen = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let start = Instant::now();
@@ -377,7 +394,7 @@ async fn stalled_event_streams_hold_a_bounded_amount_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_filling_the_leaders_cap_on_the_servers_address_do_not_shut_the_servers_out() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let pki = Arc::new(crate::support::Pki::new(3));
+    let pki = Arc::new(support::Pki::new(3));
     let p = pki.clone();
     let agents = Agents::start_with(3, Some(TOKEN), move |c| {
         c.tls = Some(p.options(c.id));
