@@ -106,20 +106,26 @@ impl Connections {
     }
 
     /// What a connection holds once its handshake showed whether it is a server's:
-    /// a server's moves to the servers' count (freeing any client place); a client's
-    /// keeps its client place; one on probation that is no server's is closed
-    /// (`None`), as is a server's when the servers' count is full.
+    /// a server's moves to the servers' count (freeing any client place, or keeping
+    /// it when the servers' count is full); a client's keeps its client place; one on
+    /// probation is closed (`None`) unless it is a server's and the servers' count has
+    /// room.
     pub(crate) fn after_handshake(&self, held: Admission, server: bool) -> Option<Admission> {
-        match (held, server) {
-            (held @ Admission::Server(_), _) => Some(held),
-            (_, true) => self
-                .servers
-                .clone()
-                .try_acquire_owned()
-                .ok()
-                .map(Admission::Server),
-            (held @ Admission::Client(_), false) => Some(held),
-            (Admission::Probation(_), false) => None,
+        if !server {
+            return match held {
+                Admission::Probation(_) => None,
+                other => Some(other),
+            };
+        }
+        if matches!(held, Admission::Server(_)) {
+            return Some(held);
+        }
+        match self.servers.clone().try_acquire_owned() {
+            Ok(p) => Some(Admission::Server(p)),
+            Err(_) => match held {
+                Admission::Probation(_) => None,
+                other => Some(other),
+            },
         }
     }
 
@@ -202,8 +208,16 @@ mod tests {
         let first = c.after_handshake(first, true).unwrap();
         assert!(matches!(first, Admission::Server(_)));
         assert!(matches!(c.admit(ip, false), Some(Admission::Client(_))));
-        // The servers' count (2 here) is full now.
+        // The servers' count (2 here) is full now: one more on probation is closed,
+        // one with a client place keeps it.
         let fourth = c.admit(ip, true).unwrap();
-        assert!(c.after_handshake(fourth, true).is_none());
+        assert!(matches!(fourth, Admission::Client(_)));
+        let fifth = c.admit(ip, true).unwrap();
+        assert!(matches!(fifth, Admission::Probation(_)));
+        assert!(c.after_handshake(fifth, true).is_none());
+        assert!(matches!(
+            c.after_handshake(fourth, true),
+            Some(Admission::Client(_))
+        ));
     }
 }
