@@ -197,6 +197,9 @@ impl Cluster {
             .args(["--peers", &self.peers])
             .arg("--cluster-key-file")
             .arg(self.root.path().join("cluster.key"))
+            // The waiters stand for client nodes, one token here for all of them
+            // (each its own in Nomad): the per-client share is the whole limit.
+            .args(["--max-blocking-queries-per-client", "16384"])
             .env_remove("SCHEDSTATE_TOKEN")
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("log file"))
