@@ -2,7 +2,9 @@
 //! or more holds its size against the agent's budget of unsent answer bytes and the
 //! client's share of it (its address, an IPv6 /64) until the last byte is handed to
 //! the connection; over either, the request is answered 429 `TooManyRequests`
-//! instead, and the answer built for it is dropped at once.
+//! instead, and the answer built for it is dropped at once. A list is not even built
+//! for a client (or when all clients together are) at the budget already
+//! (`Gates::answer_room`, asked before each scan).
 //!
 //! Without it, 90 connections asking for a 7.2 MB list and never reading held
 //! 590 MiB (issue 48). The body is handed out in pieces of [`PIECE_BYTES`] as the

@@ -26,6 +26,7 @@ use schedstate::state::{StateView, Table};
 use schedstate::{QueryOptions, WatchSet};
 use serde::Serialize;
 
+use super::answers::METERED_FROM;
 use super::error::ApiError;
 use super::park::{Parked, ParkedWait, Place};
 use super::query::Params;
@@ -122,10 +123,17 @@ async fn run<T: Serialize>(
         };
         let outcome = match cost {
             Cost::Point => one(&Budget::unlimited()),
-            Cost::Scan => match st.gates.scans.run(&client, one).await {
-                Ok(r) => r,
-                Err(refused) => return scan_refused(st, &refused).into_response(),
-            },
+            Cost::Scan => {
+                // A client (or all of them) at its budget of unsent answers gets no
+                // list built for it: the answer would be refused once made.
+                if let Err(r) = st.gates.answer_room(&client, METERED_FROM as usize) {
+                    return ApiError::too_many(r.message(&st.limits)).into_response();
+                }
+                match st.gates.scans.run(&client, one).await {
+                    Ok(r) => r,
+                    Err(refused) => return scan_refused(st, &refused).into_response(),
+                }
+            }
         };
         if let Round::Answer(resp) = outcome {
             return resp;

@@ -237,6 +237,20 @@ impl Gates {
         }
     }
 
+    /// Whether a large answer of at least `bytes` could be held for `client` now —
+    /// asked before a list is built, so that a client (or all of them) at its budget
+    /// of unsent answers is refused before the work, not after. Takes nothing.
+    pub fn answer_room(&self, client: &ClientKeys, bytes: usize) -> Result<(), Refused> {
+        let held = self.answer_shares.held_by(&client.address);
+        if held.saturating_add(bytes) > self.answer_shares.share() {
+            return Err(Refused::ClientAnswerBytes);
+        }
+        if self.answer_bytes.available_permits() < bytes {
+            return Err(Refused::AnswerBytes);
+        }
+        Ok(())
+    }
+
     /// Room for a large answer of `bytes` for `client` (by its address: the answer
     /// is counted outside the token check).
     pub fn answer(&self, client: &ClientKeys, bytes: usize) -> Result<AnswerPermit, Refused> {

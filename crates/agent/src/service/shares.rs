@@ -120,8 +120,7 @@ impl Shares {
         }
     }
 
-    /// What `key` holds now (for tests and metrics).
-    #[cfg(test)]
+    /// What `key` holds now.
     pub(crate) fn held_by(&self, key: &ClientKey) -> usize {
         self.held.lock().get(key).copied().unwrap_or(0)
     }
