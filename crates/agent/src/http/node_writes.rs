@@ -19,10 +19,11 @@ use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
+use crate::api::nomad::nullable;
 
 #[derive(Debug, Default, Deserialize)]
 struct EligibilityRequest {
-    #[serde(rename = "Eligibility", default)]
+    #[serde(rename = "Eligibility", default, deserialize_with = "nullable")]
     eligibility: String,
 }
 
@@ -30,7 +31,7 @@ struct EligibilityRequest {
 struct DrainRequest {
     #[serde(rename = "DrainSpec", default)]
     drain_spec: Option<serde_json::Value>,
-    #[serde(rename = "MarkEligible", default)]
+    #[serde(rename = "MarkEligible", default, deserialize_with = "nullable")]
     mark_eligible: bool,
 }
 

@@ -17,11 +17,11 @@ use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
-use crate::api::nomad::NomadCsiVolume;
+use crate::api::nomad::{NomadCsiVolume, nullable};
 
 #[derive(Debug, Default, Deserialize)]
 struct RegisterRequest {
-    #[serde(rename = "Volumes", default)]
+    #[serde(rename = "Volumes", default, deserialize_with = "nullable")]
     volumes: Vec<NomadCsiVolume>,
 }
 

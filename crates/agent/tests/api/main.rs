@@ -4,6 +4,7 @@
 mod acl;
 mod false_wakes;
 mod follower_reads;
+mod go_client;
 mod health;
 mod hostile;
 mod idempotency;

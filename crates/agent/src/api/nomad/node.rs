@@ -30,21 +30,33 @@ fn eligible(s: &str) -> Result<bool, ShapeError> {
 pub struct NomadNode {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
     #[serde(rename = "Status")]
     pub status: NodeStatus,
-    #[serde(rename = "Drain", default)]
+    #[serde(rename = "Drain", default, deserialize_with = "super::nullable")]
     pub drain: bool,
-    #[serde(rename = "SchedulingEligibility", default)]
+    #[serde(
+        rename = "SchedulingEligibility",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub scheduling_eligibility: String,
-    #[serde(rename = "CSIControllerPlugins", default)]
+    #[serde(
+        rename = "CSIControllerPlugins",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub csi_controller_plugins: BTreeMap<String, NomadCsiInfo>,
-    #[serde(rename = "CSINodePlugins", default)]
+    #[serde(
+        rename = "CSINodePlugins",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub csi_node_plugins: BTreeMap<String, NomadCsiInfo>,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 
@@ -90,17 +102,21 @@ impl TryFrom<NomadNode> for Node {
 pub struct NomadNodeListStub {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
     #[serde(rename = "Status")]
     pub status: NodeStatus,
-    #[serde(rename = "Drain", default)]
+    #[serde(rename = "Drain", default, deserialize_with = "super::nullable")]
     pub drain: bool,
-    #[serde(rename = "SchedulingEligibility", default)]
+    #[serde(
+        rename = "SchedulingEligibility",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub scheduling_eligibility: String,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 

@@ -1,0 +1,176 @@
+//! Each write the way Nomad's Go `api` package sends it: `PUT`, no `Content-Type`,
+//! `null` for every nil slice and map — and Nomad's answer back.
+
+use schedstate::state::Command;
+use serde_json::{Value, json};
+
+use crate::support::{Agents, alloc};
+use crate::upsert;
+
+const TOKEN: &str = "go-client-management-secret";
+
+/// Sends `body` as Go's client does: the method given, the token in `X-Nomad-Token`,
+/// no `Content-Type` (reqwest sets none for a byte body).
+async fn go(agents: &Agents, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let mut req = crate::support::http()
+        .request(method.parse().unwrap(), agents.url(0, path))
+        .header("X-Nomad-Token", TOKEN);
+    if let Some(b) = body {
+        req = req.body(serde_json::to_vec(b).unwrap());
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap();
+    let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+        panic!(
+            "{method} {path}: not JSON: {}",
+            String::from_utf8_lossy(&bytes)
+        )
+    });
+    (status, value)
+}
+
+/// A write's index answer: a positive `Index`, a number as Go's `uint64`.
+fn index_of(v: &Value) -> u64 {
+    v["Index"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no Index: {v}"))
+}
+
+/// A Go client's `CSIVolume` for a registration: every nil slice and map `null`.
+fn go_volume(id: &str, plugin: &str) -> Value {
+    json!({
+        "ID": id, "Name": id, "Namespace": "", "ExternalID": format!("vol-{id}"),
+        "PluginID": plugin, "Provider": "", "ProviderVersion": "",
+        "Topologies": null, "AccessMode": "", "AttachmentMode": "",
+        "RequestedCapabilities": [{"AccessMode": "single-node-writer", "AttachmentMode": "file-system"}],
+        "MountOptions": null, "Secrets": null, "Parameters": null, "Context": null,
+        "ReadAllocs": null, "WriteAllocs": null, "ReadClaims": null, "WriteClaims": null,
+        "PastClaims": null, "Allocations": null, "Schedulable": false,
+        "ControllerRequired": false, "ControllersHealthy": 0, "ControllersExpected": 0,
+        "NodesHealthy": 0, "NodesExpected": 0, "ResourceExhausted": "0001-01-01T00:00:00Z",
+        "CreateIndex": 0, "ModifyIndex": 0,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_as_the_go_client_sends_them() {
+    let agents = Agents::start(1, Some(TOKEN)).await;
+    let c = agents.client(0);
+    c.apply(&upsert("n1", "ebs")).await.unwrap();
+    c.apply(&Command::UpsertAllocs {
+        allocs: vec![alloc("a1", "n1")],
+    })
+    .await
+    .unwrap();
+
+    // Node eligibility: `NodeEligibilityUpdateResponse`.
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/eligibility",
+        Some(&json!({"NodeID": "n1", "Eligibility": "ineligible"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["NodeModifyIndex"], v["Index"]);
+    assert_eq!(v["EvalIDs"], json!([]));
+    assert!(index_of(&v) > 0);
+    let (_, node) = go(&agents, "GET", "/v1/node/n1", None).await;
+    assert_eq!(node["SchedulingEligibility"], "ineligible");
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/eligibility",
+        Some(&json!({"NodeID": "n1", "Eligibility": "eligible"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+
+    // Allocation stop: Go sends no body at all.
+    let (s, v) = go(&agents, "PUT", "/v1/allocation/a1/stop", None).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["EvalID"], "");
+    assert!(index_of(&v) > 0);
+    let (_, a) = go(&agents, "GET", "/v1/allocation/a1", None).await;
+    assert_eq!(a["DesiredStatus"], "stop");
+
+    // A job: Go's `Jobs().Register` (PUT /v1/jobs), its nil slices and maps null.
+    let job = json!({"Job": {
+        "ID": "plugin-ebs", "Name": "plugin-ebs", "Namespace": null, "Type": "system",
+        "Datacenters": null, "Meta": null, "Constraints": null,
+        "TaskGroups": [{"Name": "nodes", "Count": null, "Tasks": [{
+            "Name": "plugin", "Driver": "docker", "Config": null, "Env": null,
+            "CSIPluginConfig": {"ID": "ebs", "Type": "node", "MountDir": "/csi"},
+        }]}],
+    }, "EnforceIndex": false, "JobModifyIndex": 0, "PolicyOverride": false});
+    let (s, v) = go(&agents, "PUT", "/v1/jobs", Some(&job)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["EvalID"], "");
+    assert!(v["JobModifyIndex"].as_u64().unwrap() > 0);
+
+    // A volume: `CSIVolumes().Register`, `Topologies`, `ReadAllocs`, … all null.
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/volume/csi/v1",
+        Some(&json!({"Volumes": [go_volume("v1", "ebs")], "WriteRequest": null})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert!(index_of(&v) > 0);
+    let (s, vol) = go(&agents, "GET", "/v1/volume/csi/v1", None).await;
+    assert_eq!(s, 200, "{vol}");
+    assert_eq!(vol["ID"], "v1");
+    assert_eq!(vol["Namespace"], "default");
+    assert_eq!(vol["ExternalID"], "vol-v1");
+    assert_eq!(vol["Provider"], "ebs.csi.aws.com");
+    assert_eq!(vol["Topologies"], json!([]));
+    // POST on the same path is the same write (python-nomad).
+    let (s, v) = go(
+        &agents,
+        "POST",
+        "/v1/volume/csi/v1",
+        Some(&json!({"Volumes": [go_volume("v1", "ebs")]})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+
+    // An ACL token: `ACLTokens().Create` is a PUT.
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/acl/token",
+        Some(&json!({"Name": "ci", "Type": "management"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["Name"], "ci");
+
+    // A declared type that is not JSON is still refused, and changes nothing.
+    let before = agents.agents[0]
+        .as_ref()
+        .unwrap()
+        .server()
+        .read_stale()
+        .canonical_bytes()
+        .unwrap();
+    let resp = crate::support::http()
+        .put(agents.url(0, "/v1/node/n1/eligibility"))
+        .header("X-Nomad-Token", TOKEN)
+        .header("content-type", "text/plain")
+        .body(r#"{"Eligibility": "ineligible"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 415);
+    let after = agents.agents[0]
+        .as_ref()
+        .unwrap()
+        .server()
+        .read_stale()
+        .canonical_bytes()
+        .unwrap();
+    assert_eq!(before, after);
+    agents.shutdown().await;
+}
