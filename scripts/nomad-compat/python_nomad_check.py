@@ -77,6 +77,20 @@ def main():
     me = n.agent.get_agent()
     check("agent region", me["config"]["Region"], "global")
     check("agent is a server", me["config"]["Server"]["Enabled"], True)
+    # Go's `map[string]map[string]string`: every value of `stats` a string.
+    check(
+        "agent stats are strings",
+        sorted(
+            f"{section}.{key}"
+            for section, values in me["stats"].items()
+            for key, value in values.items()
+            if not isinstance(value, str)
+        ),
+        [],
+    )
+    check("agent stats.nomad.server", me["stats"]["nomad"]["server"], "true")
+    check("agent stats.nomad.leader_addr", me["stats"]["nomad"]["leader_addr"], expected["leader"])
+    check("agent stats.nomad.known_regions", me["stats"]["nomad"]["known_regions"], "1")
 
     # Nodes: the list, `in`, one node, its allocations, prefix and pagination.
     want_nodes = {x["ID"]: x for x in expected["nodes"]}

@@ -7,6 +7,7 @@
 //! always `"<redacted>"`. Commands (`POST /v1/commands`) keep the model's serde forms.
 
 mod acl;
+mod agent;
 pub mod nomad;
 
 use std::time::Duration;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use acl::{AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, HealthStatus};
+pub use agent::{AgentSelf, AgentStats, NomadStats, StatsError};
 
 /// The header every answer carries: the index the answer reflects (for a read, the
 /// index of what it read; for a write, the write's). Pass it back as `?index=` to
@@ -220,21 +222,6 @@ pub struct Event {
     /// `{"CSIPlugin": {…}}`, `{"CSIVolume": {…}}`.
     #[serde(rename = "Payload")]
     pub payload: serde_json::Value,
-}
-
-/// `GET /v1/agent/self`: the answering server's own view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgentSelf {
-    /// The server's id.
-    pub id: u64,
-    /// Whether it has never been part of a cluster (no membership, no log, no vote).
-    pub fresh: bool,
-    /// The leader it knows of.
-    pub leader: Option<u64>,
-    /// Its current term.
-    pub term: u64,
-    /// The last log index applied to its store.
-    pub last_applied: u64,
 }
 
 /// What a volume's secrets read as in every answer: secrets never leave the server.

@@ -174,3 +174,49 @@ async fn writes_as_the_go_client_sends_them() {
     assert_eq!(before, after);
     agents.shutdown().await;
 }
+
+/// `Agent().Self()`: `stats` is Go's `map[string]map[string]string` — every value a
+/// string — with Nomad's `nomad` section on the leader and on a follower.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_self_stats_are_strings_with_nomads_section() {
+    let agents = Agents::start(3, Some(TOKEN)).await;
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    let leader_addr = format!("127.0.0.1:{}", agents.ports[leader]);
+    for (i, is_leader) in [(leader, true), (follower, false)] {
+        let resp = crate::support::http()
+            .get(agents.url(i, "/v1/agent/self"))
+            .header("X-Nomad-Token", TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let v: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        let stats = v["stats"].as_object().unwrap();
+        for (section, values) in stats {
+            for (key, value) in values.as_object().unwrap() {
+                assert!(value.is_string(), "stats.{section}.{key} = {value}");
+            }
+        }
+        let nomad = &v["stats"]["nomad"];
+        assert_eq!(nomad["server"], "true");
+        assert_eq!(nomad["leader"], if is_leader { "true" } else { "false" });
+        assert_eq!(nomad["leader_addr"], leader_addr.as_str());
+        assert_eq!(nomad["bootstrap"], "false");
+        assert_eq!(nomad["known_regions"], "1");
+        let own = &v["stats"]["schedstate"];
+        assert_eq!(own["id"], (i + 1).to_string().as_str());
+        assert_eq!(own["leader"], (leader + 1).to_string().as_str());
+        assert_eq!(own["fresh"], "false");
+        assert!(own["term"].as_str().unwrap().parse::<u64>().unwrap() > 0);
+        assert!(own["last_applied"].as_str().unwrap().parse::<u64>().is_ok());
+        assert_eq!(
+            v["stats"]["raft"]["state"],
+            if is_leader { "Leader" } else { "Follower" }
+        );
+        // schedstate's own client reads its section back.
+        let me = agents.client(i).agent_self().await.unwrap();
+        assert_eq!((me.id, me.leader), (i as u64 + 1, Some(leader as u64 + 1)));
+    }
+    agents.shutdown().await;
+}
