@@ -220,3 +220,75 @@ async fn agent_self_stats_are_strings_with_nomads_section() {
     }
     agents.shutdown().await;
 }
+
+/// A token no server knows is Nomad's 403 ("ACL token not found") on every route,
+/// with schedstate's kind; `GET /v1/acl/token/self` with it is 404, for a token never
+/// made and for one revoked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_tokens_are_403_and_self_of_one_is_404() {
+    let agents = Agents::start(1, Some(TOKEN)).await;
+    let with = |secret: &str, method: &str, path: &str| {
+        crate::support::http()
+            .request(method.parse().unwrap(), agents.url(0, path))
+            .header("X-Nomad-Token", secret)
+            .send()
+    };
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/acl/token",
+        Some(&json!({"Name": "reader", "Scopes": ["read"]})),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let (accessor, secret) = (
+        v["AccessorID"].as_str().unwrap().to_string(),
+        v["SecretID"].as_str().unwrap().to_string(),
+    );
+    let resp = with(&secret, "GET", "/v1/acl/token/self").await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let (s, _) = go(
+        &agents,
+        "DELETE",
+        &format!("/v1/acl/token/{accessor}"),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    for gone in ["never-made-token-0123456789", secret.as_str()] {
+        for (method, path) in [
+            ("GET", "/v1/nodes"),
+            ("GET", "/v1/agent/self"),
+            ("PUT", "/v1/node/n1/eligibility"),
+            ("GET", "/v1/acl/tokens"),
+        ] {
+            let resp = with(gone, method, path).await.unwrap();
+            let status = resp.status().as_u16();
+            let e: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+            assert_eq!(
+                (status, e["kind"].as_str()),
+                (403, Some("UnknownToken")),
+                "{method} {path}"
+            );
+            assert!(
+                e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("ACL token not found"),
+                "{e}"
+            );
+        }
+        let resp = with(gone, "GET", "/v1/acl/token/self").await.unwrap();
+        let status = resp.status().as_u16();
+        let e: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        assert_eq!((status, e["kind"].as_str()), (404, Some("UnknownToken")));
+    }
+    // No token at all stays 401.
+    let resp = crate::support::http()
+        .get(agents.url(0, "/v1/acl/token/self"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    agents.shutdown().await;
+}

@@ -507,7 +507,8 @@ fn the_token_is_read_from_a_file_or_the_environment_never_the_command_line() {
         &[],
     );
     assert_eq!(flag.code, Some(2), "{flag:?}");
-    // No token: 401; another one (file or environment): 401 too, naming neither.
+    // No token: 401; another one (file or environment): 403 `UnknownToken` (Nomad's
+    // status for a token not found), naming neither.
     let none = remote(&["node", "status"], a);
     let line = none.agent_error(a);
     assert!(
@@ -534,7 +535,7 @@ fn the_token_is_read_from_a_file_or_the_environment_never_the_command_line() {
     for r in [wrong_by_file, wrong_env] {
         let line = r.agent_error(a);
         assert!(
-            line.contains("401") && line.contains("UnknownToken"),
+            line.contains("403") && line.contains("UnknownToken"),
             "{line}"
         );
         assert!(!line.contains("nope") && !line.contains("s3cret"), "{line}");
