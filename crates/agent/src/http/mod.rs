@@ -18,6 +18,7 @@
 //! | `jobs.rs` | jobs: `GET` (blocking), register, stop and purge in Nomad's shapes |
 //! | `node_writes.rs`, `volume_writes.rs` | the node, allocation and volume writes Nomad's clients make |
 //! | `listing.rs` | Nomad's list parameters: prefix, filter, reverse, pages |
+//! | `namespaces.rs` | the namespace a request names: one, or `*` for every one (lists only) |
 //! | `writes.rs` | `POST /v1/commands`; `commit`, which every write goes through |
 //! | `idempotency.rs` | `Idempotency-Key`: exactly-once writes, the replay mark |
 //! | `stream.rs` | `GET /v1/event/stream` |
@@ -38,6 +39,7 @@ mod gets;
 mod idempotency;
 mod jobs;
 mod listing;
+mod namespaces;
 mod node_writes;
 mod operator;
 mod park;

@@ -264,7 +264,10 @@ pub(crate) async fn volume(
     Path(id): Path<String>,
     Checked(p): Checked,
 ) -> Response {
-    let namespace = namespace_of(&p).unwrap_or_else(|| "default".to_string());
+    let namespace = match super::namespaces::one_namespace(&p, "a read of one volume") {
+        Ok(ns) => ns,
+        Err(e) => return e.into_response(),
+    };
     blocking(
         &st,
         &p,

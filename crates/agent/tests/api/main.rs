@@ -9,6 +9,7 @@ mod health;
 mod hostile;
 mod idempotency;
 mod jobs;
+mod namespaces;
 mod nomad;
 mod parked;
 mod peers;
