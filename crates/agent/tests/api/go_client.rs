@@ -292,3 +292,107 @@ async fn unknown_tokens_are_403_and_self_of_one_is_404() {
     assert_eq!(resp.status().as_u16(), 401);
     agents.shutdown().await;
 }
+
+/// `Nodes().UpdateDrain` as Go sends it: starting a drain marks the node ineligible
+/// (a system job's expected count follows), the node carries a `DrainStrategy` while
+/// it drains; ending it leaves the node ineligible unless `MarkEligible`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_on_nomads_path_sets_eligibility_and_a_strategy() {
+    let agents = Agents::start(1, Some(TOKEN)).await;
+    let c = agents.client(0);
+    c.apply(&upsert("n1", "ebs")).await.unwrap();
+    let job = json!({"Job": {
+        "ID": "plugin-ebs", "Type": "system",
+        "TaskGroups": [{"Name": "nodes", "Tasks": [{
+            "Name": "plugin", "CSIPluginConfig": {"ID": "ebs", "Type": "node"},
+        }]}],
+    }});
+    let (s, v) = go(&agents, "PUT", "/v1/jobs", Some(&job)).await;
+    assert_eq!(s, 200, "{v}");
+    let mut a = alloc("a1", "n1");
+    a.job_id = "plugin-ebs".into();
+    a.task_group = "nodes".into();
+    c.apply(&Command::UpsertAllocs { allocs: vec![a] })
+        .await
+        .unwrap();
+    let expected = || async {
+        let (_, p) = go(&agents, "GET", "/v1/plugin/csi/ebs", None).await;
+        p["NodesExpected"].as_u64().unwrap()
+    };
+    assert_eq!(expected().await, 1);
+
+    let drain = |spec: Value, mark: bool| json!({"NodeID": "n1", "DrainSpec": spec, "MarkEligible": mark, "Meta": null});
+    let spec = json!({"Deadline": 3_600_000_000_000_i64, "IgnoreSystemJobs": false});
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/drain",
+        Some(&drain(spec.clone(), false)),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["NodeModifyIndex"], v["Index"]);
+    assert_eq!(v["EvalIDs"], json!([]));
+    let (_, n) = go(&agents, "GET", "/v1/node/n1", None).await;
+    assert_eq!(n["Drain"], true);
+    assert_eq!(n["SchedulingEligibility"], "ineligible");
+    let strategy = &n["DrainStrategy"];
+    assert!(strategy["Deadline"].is_i64(), "{strategy}");
+    assert_eq!(strategy["Deadline"], 0);
+    assert_eq!(strategy["IgnoreSystemJobs"], false);
+    assert_eq!(strategy["ForceDeadline"], "0001-01-01T00:00:00Z");
+    assert_eq!(strategy["StartedAt"], "0001-01-01T00:00:00Z");
+    assert_eq!(expected().await, 0);
+
+    // Ended without MarkEligible: not draining, still ineligible, no strategy.
+    let (s, v) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/drain",
+        Some(&drain(Value::Null, false)),
+    )
+    .await;
+    assert_eq!(s, 200, "{v}");
+    let (_, n) = go(&agents, "GET", "/v1/node/n1", None).await;
+    assert_eq!(
+        (
+            &n["Drain"],
+            &n["SchedulingEligibility"],
+            &n["DrainStrategy"]
+        ),
+        (&json!(false), &json!("ineligible"), &Value::Null)
+    );
+    assert_eq!(expected().await, 0);
+
+    // Again, ended with MarkEligible: eligible, counted again.
+    let (s, _) = go(
+        &agents,
+        "POST",
+        "/v1/node/n1/drain",
+        Some(&drain(spec, false)),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, _) = go(
+        &agents,
+        "POST",
+        "/v1/node/n1/drain",
+        Some(&drain(Value::Null, true)),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (_, n) = go(&agents, "GET", "/v1/node/n1", None).await;
+    assert_eq!(
+        (
+            &n["Drain"],
+            &n["SchedulingEligibility"],
+            &n["DrainStrategy"]
+        ),
+        (&json!(false), &json!("eligible"), &Value::Null)
+    );
+    assert_eq!(expected().await, 1);
+    // The list stub has no strategy, as in Nomad.
+    let (_, list) = go(&agents, "GET", "/v1/nodes", None).await;
+    assert!(list[0].get("DrainStrategy").is_none(), "{list}");
+    agents.shutdown().await;
+}

@@ -25,6 +25,46 @@ fn eligible(s: &str) -> Result<bool, ShapeError> {
     }
 }
 
+/// Nomad's `DrainStrategy`, on a draining node. The store keeps whether a node
+/// drains, not the spec it was asked with (the deadline is a scheduler's business:
+/// the store stops nothing): a draining node reads as a drain with no deadline —
+/// `Deadline` 0, Nomad's "no deadline" — and Go's zero time for `ForceDeadline` and
+/// `StartedAt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadDrainStrategy {
+    /// Nanoseconds (Go's `time.Duration`); 0: no deadline.
+    #[serde(rename = "Deadline", default, deserialize_with = "super::nullable")]
+    pub deadline: i64,
+    #[serde(
+        rename = "IgnoreSystemJobs",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub ignore_system_jobs: bool,
+    /// RFC 3339; Go's zero time with no deadline.
+    #[serde(
+        rename = "ForceDeadline",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub force_deadline: String,
+    /// RFC 3339; Go's zero time (the store does not keep when the drain began).
+    #[serde(rename = "StartedAt", default, deserialize_with = "super::nullable")]
+    pub started_at: String,
+}
+
+impl NomadDrainStrategy {
+    /// What a draining node answers (see the type's doc).
+    fn of_drain() -> NomadDrainStrategy {
+        NomadDrainStrategy {
+            deadline: 0,
+            ignore_system_jobs: false,
+            force_deadline: super::time::ZERO_TIME.to_string(),
+            started_at: super::time::ZERO_TIME.to_string(),
+        }
+    }
+}
+
 /// Nomad's `Node`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadNode {
@@ -36,6 +76,14 @@ pub struct NomadNode {
     pub status: NodeStatus,
     #[serde(rename = "Drain", default, deserialize_with = "super::nullable")]
     pub drain: bool,
+    /// Present (not `null`) while the node drains, as in Nomad; read back as nothing
+    /// (`Drain` says whether the node drains).
+    #[serde(
+        rename = "DrainStrategy",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub drain_strategy: Option<NomadDrainStrategy>,
     #[serde(
         rename = "SchedulingEligibility",
         default,
@@ -67,6 +115,7 @@ impl From<&Node> for NomadNode {
             name: n.name.clone(),
             status: n.status,
             drain: n.drain,
+            drain_strategy: n.drain.then(NomadDrainStrategy::of_drain),
             scheduling_eligibility: eligibility(n.eligible),
             csi_controller_plugins: infos_out(n.csi_controller_plugins.iter()),
             csi_node_plugins: infos_out(n.csi_node_plugins.iter()),
