@@ -3,8 +3,9 @@
 //! the server and the [`Client`](crate::Client).
 //!
 //! Lists come in the store's key order, which is part of the API: nodes, plugins and
-//! a node's allocations by id; volumes by (namespace, id). Volumes' secret values are
-//! always `"<redacted>"`. Commands (`POST /v1/commands`) keep the model's serde forms.
+//! a node's allocations by id; volumes by (namespace, id). Volumes' secrets are never
+//! answered (`Secrets: null`), their mount flags `["[REDACTED]"]`. Commands
+//! (`POST /v1/commands`) keep the model's serde forms.
 
 mod acl;
 mod agent;
@@ -224,14 +225,11 @@ pub struct Event {
     pub payload: serde_json::Value,
 }
 
-/// What a volume's secrets read as in every answer: secrets never leave the server.
-pub const REDACTED: &str = "<redacted>";
-
-/// Replaces every secret value of `v` with [`REDACTED`].
+/// Redacts a volume for an answer ([`CsiVolume::redact`](schedstate::model::CsiVolume::redact)):
+/// no secrets (Nomad's `Secrets: null`), mount flags as `["[REDACTED]"]`. Secrets
+/// never leave the server.
 pub(crate) fn redact(v: &mut schedstate::model::CsiVolume) {
-    for value in v.secrets.values_mut() {
-        *value = REDACTED.to_string();
-    }
+    v.redact();
 }
 
 #[cfg(test)]

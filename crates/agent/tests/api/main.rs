@@ -15,6 +15,7 @@ mod parked;
 mod peers;
 mod support;
 mod tls;
+mod volumes_nomad;
 
 use std::time::{Duration, Instant};
 

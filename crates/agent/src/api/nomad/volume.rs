@@ -12,6 +12,7 @@ use schedstate::model::{
 use serde::{Deserialize, Serialize};
 
 use super::ShapeError;
+use super::alloc::NomadAllocListStub;
 use super::csi::NomadCsiTopology;
 
 fn access_out(m: CsiVolumeAccessMode) -> String {
@@ -234,7 +235,13 @@ pub struct NomadCsiVolume {
     pub requested_capabilities: Vec<NomadCsiVolumeCapability>,
     #[serde(rename = "MountOptions", default, deserialize_with = "super::nullable")]
     pub mount_options: Option<NomadCsiMountOptions>,
-    #[serde(rename = "Secrets", default, deserialize_with = "super::nullable")]
+    /// `null` when empty, as Nomad answers every volume (the server answers none).
+    #[serde(
+        rename = "Secrets",
+        default,
+        deserialize_with = "super::nullable",
+        serialize_with = "null_if_empty"
+    )]
     pub secrets: BTreeMap<String, String>,
     #[serde(rename = "Parameters", default, deserialize_with = "super::nullable")]
     pub parameters: BTreeMap<String, String>,
@@ -258,6 +265,12 @@ pub struct NomadCsiVolume {
     pub write_claims: Claims,
     #[serde(rename = "PastClaims", default, deserialize_with = "super::nullable")]
     pub past_claims: Claims,
+    /// The claiming allocations (of `ReadAllocs` and `WriteAllocs`, read first, each
+    /// once) as Nomad fills them in on a read; empty from `From<&CsiVolume>`, which
+    /// has no allocations to read: see [`NomadCsiVolume::with_allocations`]. Ignored
+    /// in input.
+    #[serde(rename = "Allocations", default, deserialize_with = "super::nullable")]
+    pub allocations: Vec<NomadAllocListStub>,
     #[serde(
         rename = "ControllerRequired",
         default,
@@ -325,6 +338,7 @@ impl From<&CsiVolume> for NomadCsiVolume {
             read_claims: claims_out(&v.read_claims),
             write_claims: claims_out(&v.write_claims),
             past_claims: claims_out(&v.past_claims),
+            allocations: Vec::new(),
             controller_required: v.controller_required,
             controllers_healthy: v.controllers_healthy,
             controllers_expected: v.controllers_expected,
@@ -391,6 +405,38 @@ impl TryFrom<NomadCsiVolume> for CsiVolume {
         out.create_index = v.create_index;
         out.modify_index = v.modify_index;
         Ok(out)
+    }
+}
+
+fn null_if_empty<S: serde::Serializer>(
+    m: &BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    if m.is_empty() {
+        s.serialize_none()
+    } else {
+        m.serialize(s)
+    }
+}
+
+impl NomadCsiVolume {
+    /// The volume with its claiming allocations filled in (`Allocations`), as Nomad
+    /// answers a read: each id of `ReadAllocs` then `WriteAllocs` once, looked up by
+    /// `alloc`; one no longer stored is left out.
+    pub fn with_allocations(
+        mut self,
+        v: &CsiVolume,
+        alloc: impl Fn(&Id) -> Option<NomadAllocListStub>,
+    ) -> NomadCsiVolume {
+        let mut seen = BTreeSet::new();
+        self.allocations = v
+            .read_allocs
+            .iter()
+            .chain(&v.write_allocs)
+            .filter(|id| seen.insert(*id))
+            .filter_map(alloc)
+            .collect();
+        self
     }
 }
 
