@@ -141,7 +141,7 @@ async fn writes_as_the_go_client_sends_them() {
         &agents,
         "PUT",
         "/v1/acl/token",
-        Some(&json!({"Name": "ci", "Type": "management"})),
+        Some(&json!({"Name": "ci", "Type": "management", "Scopes": null})),
     )
     .await;
     assert_eq!(s, 200, "{v}");
