@@ -77,6 +77,20 @@ def main():
     me = n.agent.get_agent()
     check("agent region", me["config"]["Region"], "global")
     check("agent is a server", me["config"]["Server"]["Enabled"], True)
+    # Go's `map[string]map[string]string`: every value of `stats` a string.
+    check(
+        "agent stats are strings",
+        sorted(
+            f"{section}.{key}"
+            for section, values in me["stats"].items()
+            for key, value in values.items()
+            if not isinstance(value, str)
+        ),
+        [],
+    )
+    check("agent stats.nomad.server", me["stats"]["nomad"]["server"], "true")
+    check("agent stats.nomad.leader_addr", me["stats"]["nomad"]["leader_addr"], expected["leader"])
+    check("agent stats.nomad.known_regions", me["stats"]["nomad"]["known_regions"], "1")
 
     # Nodes: the list, `in`, one node, its allocations, prefix and pagination.
     want_nodes = {x["ID"]: x for x in expected["nodes"]}
@@ -179,6 +193,16 @@ def main():
         for field in ("Namespace", "PluginID", "Provider", "AccessMode", "AttachmentMode", "Schedulable"):
             check(f"volume {v['ID']} {field}", full[field], w[field])
         check(f"volume {v['ID']} readers", sorted(full["ReadAllocs"]), sorted(w["ReadAllocs"]))
+        # Nomad's read: the claiming allocations' stubs, and never a secret.
+        check(
+            f"volume {v['ID']} Allocations",
+            sorted(a["ID"] for a in full["Allocations"]),
+            sorted(w["ReadAllocs"] + w.get("WriteAllocs", [])),
+        )
+        for a in full["Allocations"]:
+            for field in ("NodeID", "JobID", "ClientStatus"):
+                check(f"volume {v['ID']} allocation {a['ID']} {field}", a[field], want_allocs[a["ID"]][field])
+        check(f"volume {v['ID']} Secrets", full["Secrets"], None)
 
     # Jobs through python-nomad's own calls: registered, read back, the plugins'
     # expected counts following them (nothing expected before), stopped, purged.
@@ -290,11 +314,31 @@ def main():
     check("stop answers an index", stopped["Index"] > 0, True)
     check("stopped", n.allocation.get_allocation(running)["DesiredStatus"], "stop")
 
-    # Drain on and off through the client's own call.
+    # Drain on and off through the client's own call: as in Nomad, a drain marks the
+    # node ineligible and carries a DrainStrategy; ending it with MarkEligible undoes both.
     n.node.drain_node_with_spec(node_id, {"Deadline": 0}, None)
-    check("drained", n.node.get_node(node_id)["Drain"], True)
+    node = n.node.get_node(node_id)
+    check("drained", node["Drain"], True)
+    check("drained is ineligible", node["SchedulingEligibility"], "ineligible")
+    check("DrainStrategy Deadline", (node.get("DrainStrategy") or {}).get("Deadline"), 0)
     n.node.drain_node_with_spec(node_id, None, True)
-    check("drain off", n.node.get_node(node_id)["Drain"], False)
+    node = n.node.get_node(node_id)
+    check("drain off", node["Drain"], False)
+    check("drain off, marked eligible", node["SchedulingEligibility"], "eligible")
+    check("no DrainStrategy", node.get("DrainStrategy"), None)
+
+    # A token no server knows: Nomad's 403 ("ACL token not found"), and 404 on self.
+    stranger = nomad.Nomad(**dict(kwargs, token="no-such-token-of-this-cluster"))
+    try:
+        stranger.nodes.get_nodes()
+        FAILURES.append("an unknown token was accepted")
+    except nomad.api.exceptions.URLNotAuthorizedNomadException as e:
+        check("an unknown token is a 403", e.nomad_resp.status_code, 403)
+    try:
+        stranger.acl.get_self_token()
+        FAILURES.append("an unknown token's self was found")
+    except nomad.api.exceptions.URLNotFoundNomadException as e:
+        check("an unknown token's self is a 404", e.nomad_resp.status_code, 404)
 
     # The event stream, through python-nomad's own follower: Nomad's envelope.
     stream, stop, events = n.event.stream.get_stream(index=0, topic={"Node": "*"}, timeout=30)

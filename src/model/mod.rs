@@ -30,7 +30,7 @@ pub use plugin_stub::PluginListStub;
 pub use stub::AllocListStub;
 pub use volume::{
     CsiMountOptions, CsiVolume, CsiVolumeAccessMode, CsiVolumeAttachmentMode, CsiVolumeCapability,
-    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState,
+    CsiVolumeClaim, CsiVolumeClaimMode, CsiVolumeClaimState, MOUNT_FLAGS_REDACTED,
 };
 pub use volume_requests::VolumeRequests;
 

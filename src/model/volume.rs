@@ -243,6 +243,9 @@ pub struct CsiVolume {
     pub modify_index: u64,
 }
 
+/// What a redacted volume's mount flags read as ([`CsiVolume::redact`]), Nomad's word.
+pub const MOUNT_FLAGS_REDACTED: &str = "[REDACTED]";
+
 impl CsiVolume {
     /// An unclaimed volume with the given identity and every other field at its default.
     pub fn new(namespace: impl Into<Id>, id: impl Into<Id>, plugin_id: impl Into<Id>) -> Self {
@@ -251,6 +254,18 @@ impl CsiVolume {
             id: id.into(),
             plugin_id: plugin_id.into(),
             ..Default::default()
+        }
+    }
+
+    /// What a volume shows to anyone outside the server, as Nomad shows it: no
+    /// secrets at all (Nomad answers `Secrets: null`) and, when there are mount flags,
+    /// one [`MOUNT_FLAGS_REDACTED`] in their place (flags may carry credentials).
+    pub fn redact(&mut self) {
+        self.secrets.clear();
+        if let Some(m) = &mut self.mount_options
+            && !m.mount_flags.is_empty()
+        {
+            m.mount_flags = vec![MOUNT_FLAGS_REDACTED.to_string()];
         }
     }
 
@@ -320,6 +335,28 @@ mod tests {
         v.read_allocs = (0..readers).map(|i| id(&format!("r{i}"))).collect();
         v.write_allocs = (0..writers).map(|i| id(&format!("w{i}"))).collect();
         v
+    }
+
+    #[test]
+    fn redacting_drops_secrets_and_hides_mount_flags_only_when_there_are_some() {
+        let mut v = CsiVolume::new("default", "v", "p");
+        v.secrets.insert("password".into(), "s3cr3t".into());
+        v.mount_options = Some(CsiMountOptions {
+            fs_type: "ext4".into(),
+            mount_flags: vec!["ro".into(), "password=x".into()],
+        });
+        v.redact();
+        assert!(v.secrets.is_empty());
+        let m = v.mount_options.as_ref().unwrap();
+        assert_eq!(
+            (m.fs_type.as_str(), &m.mount_flags[..]),
+            ("ext4", &[MOUNT_FLAGS_REDACTED.to_string()][..])
+        );
+        let mut bare = CsiVolume::new("default", "v", "p");
+        bare.mount_options = Some(CsiMountOptions::default());
+        let before = bare.clone();
+        bare.redact();
+        assert_eq!(bare, before);
     }
 
     /// (mode, readers, writers, read free, write free) — docs/rules.md §4.8, "Free claims".

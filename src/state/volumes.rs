@@ -20,10 +20,14 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
         let stored = w.view().csi_volume(&req.namespace, &req.id);
         let mut vol = match &stored {
             Some(old) => {
+                // An empty provider is "not known yet" (a plugin that exists only
+                // through a job has no fingerprint), never an identity: it matches
+                // any provider, and a known one replaces it.
+                let provider = known_provider(&old.provider, &plugin.provider);
                 let identity: [(&str, &str, &str); 3] = [
                     ("external id", &old.external_id, &req.external_id),
                     ("plugin id", &old.plugin_id, &req.plugin_id),
-                    ("provider", &old.provider, &plugin.provider),
+                    ("provider", &old.provider, provider),
                 ];
                 for (field, old_value, new_value) in identity {
                     if old_value != new_value {
@@ -36,7 +40,12 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
                         });
                     }
                 }
-                (**old).clone()
+                let mut v = (**old).clone();
+                v.provider.clone_from(&plugin.provider);
+                if v.provider.is_empty() {
+                    v.provider.clone_from(&old.provider);
+                }
+                v
             }
             None => {
                 let mut v =
@@ -63,6 +72,17 @@ pub(crate) fn register_volumes(w: &mut Writer, volumes: &[CsiVolume]) -> Result<
         w.txn.insert(w.t.volumes, Arc::new(vol))?;
     }
     Ok(())
+}
+
+/// The provider a registration compares the stored one with (docs/rules.md §4.6):
+/// the plugin's, unless either is empty — not known yet — in which case the stored
+/// one (nothing to compare).
+fn known_provider<'a>(stored: &'a str, plugin: &'a str) -> &'a str {
+    if stored.is_empty() || plugin.is_empty() {
+        stored
+    } else {
+        plugin
+    }
 }
 
 /// Deregisters volumes of one namespace (docs/rules.md §4.7).

@@ -31,5 +31,6 @@ mod state_jobs;
 mod state_model;
 mod state_nodes_allocs;
 mod state_plugins;
+mod state_volume_provider;
 mod state_volumes;
 mod support;

@@ -508,10 +508,16 @@ impl Model {
                 if old.plugin_id != req.plugin_id {
                     return Err(Refused::IdentityChanged("plugin id"));
                 }
-                if old.provider != plugin.provider {
+                // An empty provider on either side is "not known yet" (§4.6).
+                let unknown = old.provider.is_empty() || plugin.provider.is_empty();
+                if !unknown && old.provider != plugin.provider {
                     return Err(Refused::IdentityChanged("provider"));
                 }
-                old.clone()
+                let mut v = old.clone();
+                if !plugin.provider.is_empty() {
+                    v.provider.clone_from(&plugin.provider);
+                }
+                v
             }
             None => CsiVolume {
                 namespace: req.namespace.clone(),

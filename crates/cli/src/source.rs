@@ -117,12 +117,10 @@ pub fn plugin_stubs(v: &StateView<'_>) -> Vec<PluginListStub> {
     v.csi_plugins().map(|p| PluginListStub::of(&p)).collect()
 }
 
-/// Secrets are never printed (the agent redacts them the same way; doing it again
-/// is harmless).
+/// Secrets and mount flags are never printed (the agent redacts them the same way;
+/// doing it again is harmless).
 fn redacted(mut v: CsiVolume) -> CsiVolume {
-    for value in v.secrets.values_mut() {
-        *value = "<redacted>".to_string();
-    }
+    v.redact();
     v
 }
 

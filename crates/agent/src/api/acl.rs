@@ -79,10 +79,14 @@ impl AclTokenView {
 #[serde(deny_unknown_fields)]
 pub struct AclTokenRequest {
     /// Its label.
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nomad::nullable")]
     pub name: String,
     /// What it may do (at least one scope, unless `Type` is `management`).
-    #[serde(rename = "Scopes", default)]
+    #[serde(
+        rename = "Scopes",
+        default,
+        deserialize_with = "super::nomad::nullable"
+    )]
     pub scopes: Vec<AclScope>,
     /// Nomad's `management` means the management scope; `client` (or nothing) means
     /// the scopes listed.

@@ -3,10 +3,12 @@
 //! the server and the [`Client`](crate::Client).
 //!
 //! Lists come in the store's key order, which is part of the API: nodes, plugins and
-//! a node's allocations by id; volumes by (namespace, id). Volumes' secret values are
-//! always `"<redacted>"`. Commands (`POST /v1/commands`) keep the model's serde forms.
+//! a node's allocations by id; volumes by (namespace, id). Volumes' secrets are never
+//! answered (`Secrets: null`), their mount flags `["[REDACTED]"]`. Commands
+//! (`POST /v1/commands`) keep the model's serde forms.
 
 mod acl;
+mod agent;
 pub mod nomad;
 
 use std::time::Duration;
@@ -14,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use acl::{AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, HealthStatus};
+pub use agent::{AgentSelf, AgentStats, NomadStats, StatsError};
 
 /// The header every answer carries: the index the answer reflects (for a read, the
 /// index of what it read; for a write, the write's). Pass it back as `?index=` to
@@ -222,29 +225,11 @@ pub struct Event {
     pub payload: serde_json::Value,
 }
 
-/// `GET /v1/agent/self`: the answering server's own view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgentSelf {
-    /// The server's id.
-    pub id: u64,
-    /// Whether it has never been part of a cluster (no membership, no log, no vote).
-    pub fresh: bool,
-    /// The leader it knows of.
-    pub leader: Option<u64>,
-    /// Its current term.
-    pub term: u64,
-    /// The last log index applied to its store.
-    pub last_applied: u64,
-}
-
-/// What a volume's secrets read as in every answer: secrets never leave the server.
-pub const REDACTED: &str = "<redacted>";
-
-/// Replaces every secret value of `v` with [`REDACTED`].
+/// Redacts a volume for an answer ([`CsiVolume::redact`](schedstate::model::CsiVolume::redact)):
+/// no secrets (Nomad's `Secrets: null`), mount flags as `["[REDACTED]"]`. Secrets
+/// never leave the server.
 pub(crate) fn redact(v: &mut schedstate::model::CsiVolume) {
-    for value in v.secrets.values_mut() {
-        *value = REDACTED.to_string();
-    }
+    v.redact();
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 use hyper::{Method, StatusCode};
 
 use super::{Client, ClientError, Indexed, ReadOptions, request_timeout};
-use crate::api::{AgentHealth, AgentSelf, PeerChange, PeerChangeDone, RaftConfiguration};
+use crate::api::{
+    AgentHealth, AgentSelf, AgentStats, PeerChange, PeerChangeDone, RaftConfiguration,
+};
 
 impl Client {
     /// `GET /v1/status/leader`: the leader's address, if the server knows one.
@@ -77,20 +79,20 @@ impl Client {
     }
 
     /// `GET /v1/agent/self`: the server's id, leader, term and last applied index.
-    /// (Nomad's shape; schedstate's numbers are its `stats.schedstate`.)
+    /// (Nomad's shape; schedstate's numbers are its `stats.schedstate`, as strings.)
     pub async fn agent_self(&self) -> Result<AgentSelf, ClientError> {
         #[derive(serde::Deserialize)]
-        struct Stats {
-            schedstate: AgentSelf,
-        }
-        #[derive(serde::Deserialize)]
         struct Nomad {
-            stats: Stats,
+            stats: AgentStats,
         }
         let r = self
             .get_list::<Nomad>("/v1/agent/self", &[], ReadOptions::default())
             .await?;
-        Ok(r.value.stats.schedstate)
+        let section = r.value.stats.get("schedstate").cloned().unwrap_or_default();
+        AgentSelf::from_stats(&section).map_err(|e| ClientError::Decode {
+            url: format!("{}/v1/agent/self", self.base),
+            reason: e.to_string(),
+        })
     }
 
     /// `GET /v1/regions`.

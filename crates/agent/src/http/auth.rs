@@ -11,9 +11,12 @@
 //!   `NoPathToRegion`), as Nomad refuses a region it has no path to;
 //! - [`require`], per group of routes: the ACL token the request carries
 //!   (`X-Schedstate-Token`, `X-Nomad-Token` or `Authorization: Bearer`, the scheme in
-//!   any case) must be valid and hold the group's scope — 401 without one or with one
-//!   no server knows, 403 with the wrong scope ([`Service::authorize`]). The caller
-//!   is left in the request's extensions for the handlers that need it.
+//!   any case) must be valid and hold the group's scope — 401 without one, 403 with
+//!   one no server knows (`UnknownToken`: Nomad's "ACL token not found" is a 403,
+//!   which python-nomad and the Go client report as a permission error) or with the
+//!   wrong scope ([`Service::authorize`]); `GET /v1/acl/token/self` with a token no
+//!   server knows is 404, as in Nomad (the token asked about is not found). The
+//!   caller is left in the request's extensions for the handlers that need it.
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -102,7 +105,14 @@ pub(crate) async fn require(
         }
         Err(e) => {
             st.metrics.requests_unauthorized.inc();
-            ApiError::from(e).into_response()
+            let unknown = matches!(e, AuthError::Unknown);
+            let mut e = ApiError::from(e);
+            // `self` reads the token the request presents: one no server knows is
+            // not found, as Nomad answers it.
+            if unknown && need == Need::AnyToken {
+                e.status = StatusCode::NOT_FOUND;
+            }
+            e.into_response()
         }
     }
 }
@@ -110,7 +120,9 @@ pub(crate) async fn require(
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         let status = match e {
-            AuthError::Denied { .. } => StatusCode::FORBIDDEN,
+            // Nomad's status for both (`command/agent/http.go`): a client of Nomad
+            // treats them as permission errors; the kind tells them apart.
+            AuthError::Denied { .. } | AuthError::Unknown => StatusCode::FORBIDDEN,
             _ => StatusCode::UNAUTHORIZED,
         };
         ApiError::new(status, e.kind(), e.to_string())

@@ -1,4 +1,6 @@
-//! Reading a request body without trusting the sender: the content type checked, the
+//! Reading a request body without trusting the sender: the content type checked (a
+//! JSON route takes a body with no `Content-Type` as JSON, as Nomad does: Nomad's Go
+//! client sends none on its writes; a *declared* other type is still refused), the
 //! claimed length checked against the route's limit *before* a byte is read, room for
 //! the body taken from the agent's budget of bytes in flight *as the bytes arrive*
 //! (a claim reserves nothing: a client that claims 16 MiB and sends one byte holds
@@ -42,9 +44,13 @@ impl<S: Send + Sync> FromRequest<S> for ClientBody {
 pub(crate) struct BodyRule {
     /// The largest body.
     pub limit: usize,
-    /// The content type it must declare (parameters such as `charset` allowed).
+    /// The content type it must declare (parameters such as `charset` allowed). For
+    /// [`JSON`] a body with no `Content-Type` at all is taken too.
     pub content_type: &'static str,
 }
+
+/// The content type of every JSON route.
+pub(crate) const JSON: &str = "application/json";
 
 /// A body read whole, with the budget it holds.
 pub(crate) struct ReadBody {
@@ -86,7 +92,16 @@ pub(crate) fn check_head(headers: &HeaderMap, rule: &BodyRule) -> Result<Option<
                 .trim()
                 .to_ascii_lowercase()
         });
-    if declared.as_deref() != Some(rule.content_type) {
+    // No header at all is Nomad's Go client (it sets none on writes) and Nomad
+    // decodes it as JSON. A declared type other than the route's stays refused: it is
+    // a client's mistake, or a browser's "simple" request (text/plain, a form) —
+    // which the guard (Origin, Host, Sec-Fetch-*) and the token stop before here
+    // anyway; refusing it costs no client of Nomad's anything.
+    let taken = match declared.as_deref() {
+        None => rule.content_type == JSON,
+        Some(d) => d == rule.content_type,
+    };
+    if !taken {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
@@ -113,7 +128,7 @@ const DRAIN_FACTOR: u64 = 2;
 /// Reads a body under `rule` (see the module's doc).
 ///
 /// # Errors
-/// 415 wrong content type, 413 over the limit (claimed or read), 429 no room in the
+/// 415 a declared content type other than the route's (or none, off the JSON routes), 413 over the limit (claimed or read), 429 no room in the
 /// budget, 408 not sent in time, 400 broken off.
 pub(crate) async fn read_body(
     st: &Service,
@@ -235,7 +250,7 @@ pub(crate) async fn read_json<T: DeserializeOwned + Default>(
     }
     let rule = BodyRule {
         limit: SMALL_BODY_BYTES,
-        content_type: "application/json",
+        content_type: JSON,
     };
     let body = read_body(st, headers, body, &rule).await?;
     if body.bytes.is_empty() {
@@ -256,7 +271,7 @@ pub(crate) async fn read_write_json<T: DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let rule = BodyRule {
         limit: st.limits.write_body_bytes,
-        content_type: "application/json",
+        content_type: JSON,
     };
     let body = read_body(st, headers, body, &rule).await?;
     if body.bytes.is_empty() {

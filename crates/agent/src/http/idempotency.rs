@@ -9,8 +9,8 @@
 //! applies nothing again. The same key with another request is `422
 //! IdempotencyKeyReused`.
 //!
-//! A request that makes several commands (a drain that also marks the node
-//! eligible) keys them in order: command `n` of the request under key `k` is
+//! A request that makes several commands (a drain, which also sets the node's
+//! eligibility) keys them in order: command `n` of the request under key `k` is
 //! `(scope, k, n)`, so a retry makes the same keys.
 //!
 //! The key: 1–255 visible ASCII characters, bare or as a structured-field string

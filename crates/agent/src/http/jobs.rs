@@ -30,28 +30,13 @@ use super::body::read_write_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
 use super::listing::Listing;
+use super::namespaces::{body_namespace, one_namespace};
 use super::query::{Checked, Params};
 use super::reads::{Item, absent, blocking, index_of, namespace_of, scan};
 use super::writes::commit;
 use super::{AppState, json};
 use crate::api::nomad::{NomadAllocListStub, NomadJob, NomadJobListStub, nullable};
 use crate::service::Service;
-
-/// The one namespace a request about one job names (`default` unless named).
-fn one_namespace(p: &Params) -> String {
-    namespace_of(p).unwrap_or_else(|| "default".to_string())
-}
-
-/// The namespace a write names (`default` unless named); `*` is refused.
-fn write_namespace(p: &Params) -> Result<String, ApiError> {
-    match p.namespace.as_deref() {
-        Some("*") => Err(ApiError::bad_request(
-            "namespace \"*\" names every namespace; a job write names one",
-        )),
-        Some(ns) if !ns.is_empty() => Ok(ns.to_string()),
-        _ => Ok("default".to_string()),
-    }
-}
 
 fn job_not_found(namespace: &str, id: &str) -> ApiError {
     ApiError::not_found(
@@ -96,7 +81,10 @@ pub(crate) async fn read(
     Path(id): Path<String>,
     Checked(p): Checked,
 ) -> Response {
-    let namespace = one_namespace(&p);
+    let namespace = match one_namespace(&p, "a read of one job") {
+        Ok(ns) => ns,
+        Err(e) => return e.into_response(),
+    };
     blocking(
         &st,
         &p,
@@ -116,7 +104,10 @@ pub(crate) async fn allocations(
     Path(id): Path<String>,
     Checked(p): Checked,
 ) -> Response {
-    let namespace = one_namespace(&p);
+    let namespace = match one_namespace(&p, "a read of one job's allocations") {
+        Ok(ns) => ns,
+        Err(e) => return e.into_response(),
+    };
     blocking(
         &st,
         &p,
@@ -166,7 +157,8 @@ async fn read_register(
 }
 
 /// The job a register body carries, checked against what the store can do and the
-/// path's id; its namespace, if it names none, is `?namespace=`, else `default`.
+/// path's id; its namespace, if it names none, is `?namespace=`, else `default` (`*`
+/// in either is refused).
 fn job_of(request: RegisterRequest, path_id: Option<&str>, p: &Params) -> Result<Job, ApiError> {
     let Some(mut shape) = request.job else {
         return Err(ApiError::bad_request(
@@ -191,9 +183,7 @@ fn job_of(request: RegisterRequest, path_id: Option<&str>, p: &Params) -> Result
             shape.id
         )));
     }
-    if shape.namespace.is_empty() {
-        shape.namespace = write_namespace(p)?;
-    }
+    shape.namespace = body_namespace(&shape.namespace, p, "a job registration")?;
     Job::try_from(shape).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
@@ -265,7 +255,7 @@ pub(crate) async fn deregister(
     Checked(p): Checked,
     key: IdempotencyKey,
 ) -> Response {
-    let namespace = match write_namespace(&p) {
+    let namespace = match one_namespace(&p, "a job write") {
         Ok(ns) => ns,
         Err(e) => return e.into_response(),
     };

@@ -18,6 +18,7 @@
 //! | `jobs.rs` | jobs: `GET` (blocking), register, stop and purge in Nomad's shapes |
 //! | `node_writes.rs`, `volume_writes.rs` | the node, allocation and volume writes Nomad's clients make |
 //! | `listing.rs` | Nomad's list parameters: prefix, filter, reverse, pages |
+//! | `namespaces.rs` | the namespace a request names: one, or `*` for every one (lists only) |
 //! | `writes.rs` | `POST /v1/commands`; `commit`, which every write goes through |
 //! | `idempotency.rs` | `Idempotency-Key`: exactly-once writes, the replay mark |
 //! | `stream.rs` | `GET /v1/event/stream` |
@@ -38,6 +39,7 @@ mod gets;
 mod idempotency;
 mod jobs;
 mod listing;
+mod namespaces;
 mod node_writes;
 mod operator;
 mod park;
@@ -153,27 +155,42 @@ pub(crate) fn router(st: AppState) -> Router {
         .route_layer(consistent())
         .route("/v1/event/stream", get(stream::events))
         .route_layer(need(Need::Scope(AclScope::Read)));
+    // Nomad routes PUT and POST alike on every write path (its Go client writes with
+    // PUT, python-nomad with POST): so does every write route here.
     let write = Router::new()
-        .route("/v1/commands", post(writes::command))
-        .route("/v1/node/{id}/eligibility", post(node_writes::eligibility))
-        .route("/v1/node/{id}/drain", post(node_writes::drain))
+        .route("/v1/commands", post(writes::command).put(writes::command))
+        .route(
+            "/v1/node/{id}/eligibility",
+            post(node_writes::eligibility).put(node_writes::eligibility),
+        )
+        .route(
+            "/v1/node/{id}/drain",
+            post(node_writes::drain).put(node_writes::drain),
+        )
         .route(
             "/v1/allocation/{id}/stop",
-            post(node_writes::stop_allocation),
+            post(node_writes::stop_allocation).put(node_writes::stop_allocation),
         )
         .route(
             "/v1/volume/csi/{id}",
-            put(volume_writes::register).delete(volume_writes::deregister),
+            put(volume_writes::register)
+                .post(volume_writes::register)
+                .delete(volume_writes::deregister),
         )
         .route("/v1/jobs", post(jobs::register).put(jobs::register))
         .route(
             "/v1/job/{id}",
-            post(jobs::register_at).delete(jobs::deregister),
+            post(jobs::register_at)
+                .put(jobs::register_at)
+                .delete(jobs::deregister),
         )
         .route_layer(from_fn(idempotency::mark_replays))
         .route_layer(need(Need::Scope(AclScope::Write)));
     let operator = Router::new()
-        .route("/v1/operator/raft/peer", post(peers::change_peer))
+        .route(
+            "/v1/operator/raft/peer",
+            post(peers::change_peer).put(peers::change_peer),
+        )
         .route_layer(consistent())
         .route("/v1/status/peers", get(operator::peers))
         .route(
@@ -189,7 +206,7 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/operator/snapshot", get(operator::snapshot))
         .route_layer(consistent())
         .route("/v1/acl/tokens", get(acl::list))
-        .route("/v1/acl/token", post(acl::create))
+        .route("/v1/acl/token", post(acl::create).put(acl::create))
         .route(
             "/v1/acl/token/{accessor}",
             get(acl::read).delete(acl::revoke),
@@ -205,7 +222,10 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/status/leader", get(operator::leader))
         .route("/v1/agent/health", get(operator::health))
         .route("/v1/regions", get(operator::regions))
-        .route("/v1/acl/bootstrap", post(acl::bootstrap));
+        .route(
+            "/v1/acl/bootstrap",
+            post(acl::bootstrap).put(acl::bootstrap),
+        );
     let api = Router::new()
         .merge(read)
         .merge(write)

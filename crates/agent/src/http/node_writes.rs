@@ -5,6 +5,14 @@
 //! older `?enable=true|false` without a body). The answer is Nomad's
 //! `NodeEligibilityUpdateResponse`/`NodeDrainUpdateResponse` (no evaluations: the store
 //! schedules nothing).
+//!
+//! A drain does what Nomad's does: starting one also marks the node ineligible, and
+//! ending one with `MarkEligible` marks it eligible again (without, it stays
+//! ineligible) — what a system job's expected count follows. The store's own commands
+//! keep drain and eligibility apart and none sets both, so this is two writes, ordered
+//! so that a request cut between them leaves the node no more eligible than asked:
+//! ineligible before the drain starts, eligible after it ends. Each write has its own
+//! key under the request's `Idempotency-Key`, so a retry finishes the pair.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -19,10 +27,11 @@ use super::idempotency::IdempotencyKey;
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
+use crate::api::nomad::nullable;
 
 #[derive(Debug, Default, Deserialize)]
 struct EligibilityRequest {
-    #[serde(rename = "Eligibility", default)]
+    #[serde(rename = "Eligibility", default, deserialize_with = "nullable")]
     eligibility: String,
 }
 
@@ -30,7 +39,7 @@ struct EligibilityRequest {
 struct DrainRequest {
     #[serde(rename = "DrainSpec", default)]
     drain_spec: Option<serde_json::Value>,
-    #[serde(rename = "MarkEligible", default)]
+    #[serde(rename = "MarkEligible", default, deserialize_with = "nullable")]
     mark_eligible: bool,
 }
 
@@ -94,14 +103,26 @@ pub(crate) async fn drain(
         Some(e) if request.drain_spec.is_none() => e,
         _ => request.drain_spec.as_ref().is_some_and(|s| !s.is_null()),
     };
-    let commands = {
+    let node = || schedstate::model::Id::from(id.as_str());
+    let commands = if enable {
+        vec![
+            Command::UpdateNodeEligibility {
+                id: node(),
+                eligible: false,
+            },
+            Command::UpdateNodeDrain {
+                id: node(),
+                drain: true,
+            },
+        ]
+    } else {
         let mut c = vec![Command::UpdateNodeDrain {
-            id: id.as_str().into(),
-            drain: enable,
+            id: node(),
+            drain: false,
         }];
-        if !enable && request.mark_eligible {
+        if request.mark_eligible {
             c.push(Command::UpdateNodeEligibility {
-                id: id.as_str().into(),
+                id: node(),
                 eligible: true,
             });
         }

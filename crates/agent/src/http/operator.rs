@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::query::Checked;
 use super::{AppState, json, with_index};
-use crate::api::{RaftConfiguration, RaftServer};
+use std::collections::BTreeMap;
+
+use crate::api::{AgentStats, NomadStats, RaftConfiguration, RaftServer};
 
 pub(crate) async fn leader(State(st): State<AppState>) -> Response {
     let addr = st
@@ -166,17 +168,13 @@ pub(crate) async fn metrics(State(st): State<AppState>, Checked(p): Checked) -> 
     )
 }
 
-/// `GET /v1/agent/self` in Nomad's shape (`config`, `member`, `stats`), with this
-/// server's own numbers under `stats.schedstate`.
+/// `GET /v1/agent/self` in Nomad's shape (`config`, `member`, `stats`). `stats` is
+/// Go's `map[string]map[string]string`: Nomad's `nomad` and `raft` sections, and this
+/// server's own numbers under `schedstate` — every value a string.
 pub(crate) async fn agent_self(State(st): State<AppState>, Checked(p): Checked) -> Response {
     let me = st.agent_self();
-    let addr = st
-        .server
-        .members()
-        .0
-        .get(&me.id)
-        .cloned()
-        .unwrap_or_default();
+    let members = st.server.members().0;
+    let addr = members.get(&me.id).cloned().unwrap_or_default();
     let (host, port) = addr
         .rsplit_once(':')
         .map_or((addr.as_str(), 0), |(h, p)| (h, p.parse().unwrap_or(0)));
@@ -188,6 +186,25 @@ pub(crate) async fn agent_self(State(st): State<AppState>, Checked(p): Checked) 
     } else {
         "Candidate"
     };
+    let nomad = NomadStats {
+        leader: me.leader == Some(me.id),
+        leader_addr: me
+            .leader
+            .and_then(|l| members.get(&l).cloned())
+            .unwrap_or_default(),
+        bootstrap: false,
+        known_regions: 1,
+    };
+    let raft = BTreeMap::from([
+        ("state".to_string(), state.to_string()),
+        ("term".to_string(), me.term.to_string()),
+        ("applied_index".to_string(), me.last_applied.to_string()),
+    ]);
+    let stats: AgentStats = BTreeMap::from([
+        ("nomad".to_string(), nomad.to_stats()),
+        ("raft".to_string(), raft),
+        ("schedstate".to_string(), me.to_stats()),
+    ]);
     let body = serde_json::json!({
         "config": {
             "Region": st.region,
@@ -210,14 +227,7 @@ pub(crate) async fn agent_self(State(st): State<AppState>, Checked(p): Checked) 
                 "build": env!("CARGO_PKG_VERSION"),
             },
         },
-        "stats": {
-            "raft": {
-                "state": state,
-                "term": me.term.to_string(),
-                "applied_index": me.last_applied.to_string(),
-            },
-            "schedstate": me,
-        },
+        "stats": stats,
     });
     json(&st, StatusCode::OK, me.last_applied, &body, p.pretty)
 }

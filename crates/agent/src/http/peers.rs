@@ -19,7 +19,7 @@ use crate::api::{PeerChange, PeerChangeDone};
 
 const RULE: BodyRule = BodyRule {
     limit: 64 << 10,
-    content_type: "application/json",
+    content_type: super::body::JSON,
 };
 
 /// The longest address taken (as the Raft crate bounds a membership's addresses).

@@ -239,7 +239,9 @@ pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> 
                 let mut d = v.denormalize_csi_volume(vol);
                 redact(&mut d);
                 let item = if full {
-                    Item::Full(NomadCsiVolume::from(&d))
+                    Item::Full(NomadCsiVolume::from(&d).with_allocations(&d, |a| {
+                        v.alloc(a).map(|a| NomadAllocListStub::from(&*a))
+                    }))
                 } else {
                     Item::Stub(NomadCsiVolumeListStub::from(&d))
                 };
@@ -264,7 +266,10 @@ pub(crate) async fn volume(
     Path(id): Path<String>,
     Checked(p): Checked,
 ) -> Response {
-    let namespace = namespace_of(&p).unwrap_or_else(|| "default".to_string());
+    let namespace = match super::namespaces::one_namespace(&p, "a read of one volume") {
+        Ok(ns) => ns,
+        Err(e) => return e.into_response(),
+    };
     blocking(
         &st,
         &p,
@@ -281,6 +286,7 @@ pub(crate) async fn volume(
             let found = found.map(|mut d| {
                 redact(&mut d);
                 NomadCsiVolume::from(&d)
+                    .with_allocations(&d, |a| v.alloc(a).map(|a| NomadAllocListStub::from(&*a)))
             });
             (index, found, None)
         },

@@ -14,14 +14,15 @@ use super::body::ClientBody;
 use super::body::read_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
+use super::namespaces::{body_namespace, one_namespace};
 use super::query::Checked;
 use super::writes::commit;
 use super::{AppState, json};
-use crate::api::nomad::NomadCsiVolume;
+use crate::api::nomad::{NomadCsiVolume, nullable};
 
 #[derive(Debug, Default, Deserialize)]
 struct RegisterRequest {
-    #[serde(rename = "Volumes", default)]
+    #[serde(rename = "Volumes", default, deserialize_with = "nullable")]
     volumes: Vec<NomadCsiVolume>,
 }
 
@@ -51,12 +52,12 @@ pub(crate) async fn register(
         return ApiError::bad_request("no volumes in the request (\"Volumes\": [...])")
             .into_response();
     }
-    let default_ns = p.namespace.clone().unwrap_or_else(|| "default".into());
     let mut volumes = Vec::with_capacity(request.volumes.len());
     for mut shape in request.volumes {
-        if shape.namespace.is_empty() {
-            shape.namespace.clone_from(&default_ns);
-        }
+        shape.namespace = match body_namespace(&shape.namespace, &p, "a volume registration") {
+            Ok(ns) => ns,
+            Err(e) => return e.into_response(),
+        };
         // Server-assigned and derived fields are the server's to set.
         shape.create_index = 0;
         shape.modify_index = 0;
@@ -86,7 +87,10 @@ pub(crate) async fn deregister(
     Checked(p): Checked,
     key: IdempotencyKey,
 ) -> Response {
-    let namespace = p.namespace.clone().unwrap_or_else(|| "default".into());
+    let namespace = match one_namespace(&p, "a volume deregistration") {
+        Ok(ns) => ns,
+        Err(e) => return e.into_response(),
+    };
     let command = Command::DeregisterCsiVolumes {
         namespace: namespace.as_str().into(),
         ids: vec![id.as_str().into()],

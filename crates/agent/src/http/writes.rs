@@ -3,7 +3,7 @@
 //! so a `?stale` read here right after sees it.
 //!
 //! Nothing reaches Raft unless the body is a whole, known command sent as
-//! `application/json` (415 otherwise): a body over the write limit is 413 (from its
+//! `application/json` or with no `Content-Type` (415 for another declared type): a body over the write limit is 413 (from its
 //! `Content-Length` before it is read, or while reading), bad JSON or an unknown field
 //! or variant 400, a command breaking an input rule (sizes, characters) 400. A
 //! command the rules refuse on the state is committed as a no-op and answered 409

@@ -33,7 +33,7 @@ pub(crate) enum AuthError {
     NotBootstrapped,
     /// The secret is no token's.
     #[error(
-        "the token is not known to this server (revoked, mistyped, or not replicated here yet)"
+        "ACL token not found: the token is not known to this server (revoked, mistyped, or not replicated here yet)"
     )]
     Unknown,
     /// The token expired.

@@ -488,8 +488,10 @@ async fn browsers_of_other_sites_and_bodies_of_other_types_are_refused() {
             "UnsupportedMediaType",
         ),
         (
-            "no content type",
-            http.post(agents.url(0, "/v1/commands")).body(body.clone()),
+            "an HTML form's type",
+            http.post(agents.url(0, "/v1/commands"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(body.clone()),
             415,
             "UnsupportedMediaType",
         ),

@@ -4,15 +4,18 @@
 mod acl;
 mod false_wakes;
 mod follower_reads;
+mod go_client;
 mod health;
 mod hostile;
 mod idempotency;
 mod jobs;
+mod namespaces;
 mod nomad;
 mod parked;
 mod peers;
 mod support;
 mod tls;
+mod volumes_nomad;
 
 use std::time::{Duration, Instant};
 

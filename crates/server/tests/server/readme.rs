@@ -162,7 +162,11 @@ async fn the_readmes_secure_setup_runs_as_written() {
         .nodes(ReadOptions::stale())
         .await
         .unwrap_err();
-    assert_eq!(e.status(), Some(401), "{e}");
+    assert_eq!(
+        (e.status(), e.kind()),
+        (Some(403), Some("UnknownToken")),
+        "{e}"
+    );
     let admin = client(2, "admin.token");
     admin
         .apply(&schedstate::state::Command::UpsertNode {

@@ -453,9 +453,9 @@ fn status_commands_print_the_same_from_the_agent_as_from_a_directory() {
     );
     let ebs = local(&["job", "status", "plugin-ebs-nodes"], &dir);
     assert!(ebs.stdout.contains("\nSummary\n"), "{ebs:?}");
-    // The secret stays hidden.
+    // The secret stays hidden: the agent answers no secrets (Nomad's `Secrets: null`).
     let json = remote(&["volume", "status", "web-001", "--json"], &address);
-    assert!(json.stdout.contains("<redacted>"), "{}", json.stdout);
+    assert!(json.stdout.contains("web-001"), "{}", json.stdout);
     assert!(!json.stdout.contains("s3cr3t"), "{}", json.stdout);
     // From the environment, the same; a bare host:port is an http address.
     let want = local(&["node", "status"], &dir);
@@ -507,7 +507,8 @@ fn the_token_is_read_from_a_file_or_the_environment_never_the_command_line() {
         &[],
     );
     assert_eq!(flag.code, Some(2), "{flag:?}");
-    // No token: 401; another one (file or environment): 401 too, naming neither.
+    // No token: 401; another one (file or environment): 403 `UnknownToken` (Nomad's
+    // status for a token not found), naming neither.
     let none = remote(&["node", "status"], a);
     let line = none.agent_error(a);
     assert!(
@@ -534,7 +535,7 @@ fn the_token_is_read_from_a_file_or_the_environment_never_the_command_line() {
     for r in [wrong_by_file, wrong_env] {
         let line = r.agent_error(a);
         assert!(
-            line.contains("401") && line.contains("UnknownToken"),
+            line.contains("403") && line.contains("UnknownToken"),
             "{line}"
         );
         assert!(!line.contains("nope") && !line.contains("s3cret"), "{line}");

@@ -12,7 +12,7 @@ use super::ShapeError;
 pub struct NomadCsiVolumeRequest {
     #[serde(rename = "VolumeID")]
     pub volume_id: String,
-    #[serde(rename = "ReadOnly", default)]
+    #[serde(rename = "ReadOnly", default, deserialize_with = "super::nullable")]
     pub read_only: bool,
 }
 
@@ -21,25 +21,29 @@ pub struct NomadCsiVolumeRequest {
 pub struct NomadAllocation {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "JobID", default)]
+    #[serde(rename = "JobID", default, deserialize_with = "super::nullable")]
     pub job_id: String,
-    #[serde(rename = "JobVersion", default)]
+    #[serde(rename = "JobVersion", default, deserialize_with = "super::nullable")]
     pub job_version: u64,
-    #[serde(rename = "TaskGroup", default)]
+    #[serde(rename = "TaskGroup", default, deserialize_with = "super::nullable")]
     pub task_group: String,
-    #[serde(rename = "NodeID", default)]
+    #[serde(rename = "NodeID", default, deserialize_with = "super::nullable")]
     pub node_id: String,
     #[serde(rename = "DesiredStatus")]
     pub desired_status: DesiredStatus,
     #[serde(rename = "ClientStatus")]
     pub client_status: ClientStatus,
-    #[serde(rename = "CSIVolumeRequests", default)]
+    #[serde(
+        rename = "CSIVolumeRequests",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub csi_volume_requests: Vec<NomadCsiVolumeRequest>,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 
@@ -100,23 +104,23 @@ impl TryFrom<NomadAllocation> for Allocation {
 pub struct NomadAllocListStub {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "JobID", default)]
+    #[serde(rename = "JobID", default, deserialize_with = "super::nullable")]
     pub job_id: String,
-    #[serde(rename = "JobVersion", default)]
+    #[serde(rename = "JobVersion", default, deserialize_with = "super::nullable")]
     pub job_version: u64,
-    #[serde(rename = "TaskGroup", default)]
+    #[serde(rename = "TaskGroup", default, deserialize_with = "super::nullable")]
     pub task_group: String,
-    #[serde(rename = "NodeID", default)]
+    #[serde(rename = "NodeID", default, deserialize_with = "super::nullable")]
     pub node_id: String,
     #[serde(rename = "DesiredStatus")]
     pub desired_status: DesiredStatus,
     #[serde(rename = "ClientStatus")]
     pub client_status: ClientStatus,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 

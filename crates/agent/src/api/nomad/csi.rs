@@ -21,59 +21,103 @@ use super::time::{from_rfc3339, to_rfc3339};
 pub struct NomadCsiInfo {
     #[serde(rename = "PluginID")]
     pub plugin_id: String,
-    #[serde(rename = "AllocID", default)]
+    #[serde(rename = "AllocID", default, deserialize_with = "super::nullable")]
     pub alloc_id: String,
-    #[serde(rename = "Healthy", default)]
+    #[serde(rename = "Healthy", default, deserialize_with = "super::nullable")]
     pub healthy: bool,
-    #[serde(rename = "HealthDescription", default)]
+    #[serde(
+        rename = "HealthDescription",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub health_description: Id,
     /// RFC 3339.
-    #[serde(rename = "UpdateTime", default)]
+    #[serde(rename = "UpdateTime", default, deserialize_with = "super::nullable")]
     pub update_time: String,
-    #[serde(rename = "Provider", default)]
+    #[serde(rename = "Provider", default, deserialize_with = "super::nullable")]
     pub provider: Id,
-    #[serde(rename = "ProviderVersion", default)]
+    #[serde(
+        rename = "ProviderVersion",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub provider_version: Id,
-    #[serde(rename = "RequiresControllerPlugin", default)]
+    #[serde(
+        rename = "RequiresControllerPlugin",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub requires_controller_plugin: bool,
-    #[serde(rename = "RequiresTopologies", default)]
+    #[serde(
+        rename = "RequiresTopologies",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub requires_topologies: bool,
-    #[serde(rename = "ControllerInfo", default)]
+    #[serde(
+        rename = "ControllerInfo",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controller_info: Option<NomadCsiControllerInfo>,
-    #[serde(rename = "NodeInfo", default)]
+    #[serde(rename = "NodeInfo", default, deserialize_with = "super::nullable")]
     pub node_info: Option<NomadCsiNodeInfo>,
 }
 
 /// Nomad's `CSIControllerInfo` (the capabilities the store keeps).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiControllerInfo {
-    #[serde(rename = "SupportsReadOnlyAttach", default)]
+    #[serde(
+        rename = "SupportsReadOnlyAttach",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub supports_read_only_attach: bool,
-    #[serde(rename = "SupportsAttachDetach", default)]
+    #[serde(
+        rename = "SupportsAttachDetach",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub supports_attach_detach: bool,
-    #[serde(rename = "SupportsListVolumes", default)]
+    #[serde(
+        rename = "SupportsListVolumes",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub supports_list_volumes: bool,
-    #[serde(rename = "SupportsListVolumesAttachedNodes", default)]
+    #[serde(
+        rename = "SupportsListVolumesAttachedNodes",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub supports_list_volumes_attached_nodes: bool,
 }
 
 /// Nomad's `CSINodeInfo`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiNodeInfo {
-    #[serde(rename = "ID", default)]
+    #[serde(rename = "ID", default, deserialize_with = "super::nullable")]
     pub id: Id,
-    #[serde(rename = "MaxVolumes", default)]
+    #[serde(rename = "MaxVolumes", default, deserialize_with = "super::nullable")]
     pub max_volumes: u64,
-    #[serde(rename = "AccessibleTopology", default)]
+    #[serde(
+        rename = "AccessibleTopology",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub accessible_topology: Option<NomadCsiTopology>,
-    #[serde(rename = "RequiresNodeStageVolume", default)]
+    #[serde(
+        rename = "RequiresNodeStageVolume",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub requires_node_stage_volume: bool,
 }
 
 /// Nomad's `CSITopology`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiTopology {
-    #[serde(rename = "Segments", default)]
+    #[serde(rename = "Segments", default, deserialize_with = "super::nullable")]
     pub segments: BTreeMap<String, String>,
 }
 
@@ -174,21 +218,37 @@ pub(crate) fn infos_in(
 pub struct NomadCsiPluginListStub {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Provider", default)]
+    #[serde(rename = "Provider", default, deserialize_with = "super::nullable")]
     pub provider: Id,
-    #[serde(rename = "ControllerRequired", default)]
+    #[serde(
+        rename = "ControllerRequired",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controller_required: bool,
-    #[serde(rename = "ControllersHealthy", default)]
+    #[serde(
+        rename = "ControllersHealthy",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_healthy: usize,
-    #[serde(rename = "ControllersExpected", default)]
+    #[serde(
+        rename = "ControllersExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_expected: usize,
-    #[serde(rename = "NodesHealthy", default)]
+    #[serde(rename = "NodesHealthy", default, deserialize_with = "super::nullable")]
     pub nodes_healthy: usize,
-    #[serde(rename = "NodesExpected", default)]
+    #[serde(
+        rename = "NodesExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub nodes_expected: usize,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 
@@ -212,11 +272,11 @@ impl From<&CsiPlugin> for NomadCsiPluginListStub {
 /// job expects of a plugin.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadJobDescription {
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "ID", default)]
+    #[serde(rename = "ID", default, deserialize_with = "super::nullable")]
     pub id: String,
-    #[serde(rename = "Expected", default)]
+    #[serde(rename = "Expected", default, deserialize_with = "super::nullable")]
     pub expected: u64,
 }
 
@@ -284,17 +344,21 @@ fn jobs_in(controllers: NomadJobDescriptions, nodes: NomadJobDescriptions) -> Ve
 pub struct NomadCsiPlugin {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Provider", default)]
+    #[serde(rename = "Provider", default, deserialize_with = "super::nullable")]
     pub provider: Id,
-    #[serde(rename = "Version", default)]
+    #[serde(rename = "Version", default, deserialize_with = "super::nullable")]
     pub version: Id,
-    #[serde(rename = "ControllerRequired", default)]
+    #[serde(
+        rename = "ControllerRequired",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controller_required: bool,
-    #[serde(rename = "Controllers", default)]
+    #[serde(rename = "Controllers", default, deserialize_with = "super::nullable")]
     pub controllers: BTreeMap<String, NomadCsiInfo>,
-    #[serde(rename = "Nodes", default)]
+    #[serde(rename = "Nodes", default, deserialize_with = "super::nullable")]
     pub nodes: BTreeMap<String, NomadCsiInfo>,
-    #[serde(rename = "Allocations", default)]
+    #[serde(rename = "Allocations", default, deserialize_with = "super::nullable")]
     pub allocations: Vec<NomadAllocListStub>,
     /// The live jobs expecting controller instances.
     #[serde(
@@ -306,17 +370,29 @@ pub struct NomadCsiPlugin {
     /// The live jobs expecting node instances.
     #[serde(rename = "NodeJobs", default, deserialize_with = "super::nullable")]
     pub node_jobs: NomadJobDescriptions,
-    #[serde(rename = "ControllersHealthy", default)]
+    #[serde(
+        rename = "ControllersHealthy",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_healthy: usize,
-    #[serde(rename = "ControllersExpected", default)]
+    #[serde(
+        rename = "ControllersExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_expected: usize,
-    #[serde(rename = "NodesHealthy", default)]
+    #[serde(rename = "NodesHealthy", default, deserialize_with = "super::nullable")]
     pub nodes_healthy: usize,
-    #[serde(rename = "NodesExpected", default)]
+    #[serde(
+        rename = "NodesExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub nodes_expected: usize,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 

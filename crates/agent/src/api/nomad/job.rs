@@ -179,23 +179,27 @@ impl TryFrom<NomadJob> for Job {
 pub struct NomadJobListStub {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "Type", default)]
+    #[serde(rename = "Type", default, deserialize_with = "super::nullable")]
     pub job_type: JobType,
-    #[serde(rename = "Status", default)]
+    #[serde(rename = "Status", default, deserialize_with = "super::nullable")]
     pub status: JobStatus,
-    #[serde(rename = "Stop", default)]
+    #[serde(rename = "Stop", default, deserialize_with = "super::nullable")]
     pub stop: bool,
-    #[serde(rename = "Version", default)]
+    #[serde(rename = "Version", default, deserialize_with = "super::nullable")]
     pub version: u64,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
-    #[serde(rename = "JobModifyIndex", default)]
+    #[serde(
+        rename = "JobModifyIndex",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub job_modify_index: u64,
 }
 

@@ -13,7 +13,7 @@
 //!
 //! | file | shapes |
 //! |---|---|
-//! | `node.rs` | `Node`, `NodeListStub` |
+//! | `node.rs` | `Node` (with its `DrainStrategy` while draining), `NodeListStub` |
 //! | `alloc.rs` | `Allocation`, `AllocListStub` |
 //! | `csi.rs` | `CSIInfo` (a plugin instance / fingerprint), `CSIPlugin` (with its `ControllerJobs`/`NodeJobs`), `CSIPluginListStub` |
 //! | `job.rs` | `Job`, `JobListStub`, `TaskGroup`, `Task`, `TaskCSIPluginConfig` |
@@ -32,7 +32,7 @@ pub use csi::{
     NomadCsiInfo, NomadCsiPlugin, NomadCsiPluginListStub, NomadJobDescription, NomadJobDescriptions,
 };
 pub use job::{NomadJob, NomadJobListStub, NomadTask, NomadTaskCsiPluginConfig, NomadTaskGroup};
-pub use node::{NomadNode, NomadNodeListStub};
+pub use node::{NomadDrainStrategy, NomadNode, NomadNodeListStub};
 pub use volume::{NomadCsiVolume, NomadCsiVolumeListStub};
 
 /// A Nomad shape that does not make a model row (a bad enum spelling, a time that is

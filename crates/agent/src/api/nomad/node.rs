@@ -25,26 +25,86 @@ fn eligible(s: &str) -> Result<bool, ShapeError> {
     }
 }
 
+/// Nomad's `DrainStrategy`, on a draining node. The store keeps whether a node
+/// drains, not the spec it was asked with (the deadline is a scheduler's business:
+/// the store stops nothing): a draining node reads as a drain with no deadline —
+/// `Deadline` 0, Nomad's "no deadline" — and Go's zero time for `ForceDeadline` and
+/// `StartedAt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NomadDrainStrategy {
+    /// Nanoseconds (Go's `time.Duration`); 0: no deadline.
+    #[serde(rename = "Deadline", default, deserialize_with = "super::nullable")]
+    pub deadline: i64,
+    #[serde(
+        rename = "IgnoreSystemJobs",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub ignore_system_jobs: bool,
+    /// RFC 3339; Go's zero time with no deadline.
+    #[serde(
+        rename = "ForceDeadline",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub force_deadline: String,
+    /// RFC 3339; Go's zero time (the store does not keep when the drain began).
+    #[serde(rename = "StartedAt", default, deserialize_with = "super::nullable")]
+    pub started_at: String,
+}
+
+impl NomadDrainStrategy {
+    /// What a draining node answers (see the type's doc).
+    fn of_drain() -> NomadDrainStrategy {
+        NomadDrainStrategy {
+            deadline: 0,
+            ignore_system_jobs: false,
+            force_deadline: super::time::ZERO_TIME.to_string(),
+            started_at: super::time::ZERO_TIME.to_string(),
+        }
+    }
+}
+
 /// Nomad's `Node`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadNode {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
     #[serde(rename = "Status")]
     pub status: NodeStatus,
-    #[serde(rename = "Drain", default)]
+    #[serde(rename = "Drain", default, deserialize_with = "super::nullable")]
     pub drain: bool,
-    #[serde(rename = "SchedulingEligibility", default)]
+    /// Present (not `null`) while the node drains, as in Nomad; read back as nothing
+    /// (`Drain` says whether the node drains).
+    #[serde(
+        rename = "DrainStrategy",
+        default,
+        deserialize_with = "super::nullable"
+    )]
+    pub drain_strategy: Option<NomadDrainStrategy>,
+    #[serde(
+        rename = "SchedulingEligibility",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub scheduling_eligibility: String,
-    #[serde(rename = "CSIControllerPlugins", default)]
+    #[serde(
+        rename = "CSIControllerPlugins",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub csi_controller_plugins: BTreeMap<String, NomadCsiInfo>,
-    #[serde(rename = "CSINodePlugins", default)]
+    #[serde(
+        rename = "CSINodePlugins",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub csi_node_plugins: BTreeMap<String, NomadCsiInfo>,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 
@@ -55,6 +115,7 @@ impl From<&Node> for NomadNode {
             name: n.name.clone(),
             status: n.status,
             drain: n.drain,
+            drain_strategy: n.drain.then(NomadDrainStrategy::of_drain),
             scheduling_eligibility: eligibility(n.eligible),
             csi_controller_plugins: infos_out(n.csi_controller_plugins.iter()),
             csi_node_plugins: infos_out(n.csi_node_plugins.iter()),
@@ -90,17 +151,21 @@ impl TryFrom<NomadNode> for Node {
 pub struct NomadNodeListStub {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
     #[serde(rename = "Status")]
     pub status: NodeStatus,
-    #[serde(rename = "Drain", default)]
+    #[serde(rename = "Drain", default, deserialize_with = "super::nullable")]
     pub drain: bool,
-    #[serde(rename = "SchedulingEligibility", default)]
+    #[serde(
+        rename = "SchedulingEligibility",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub scheduling_eligibility: String,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 

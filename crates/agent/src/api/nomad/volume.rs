@@ -12,6 +12,7 @@ use schedstate::model::{
 use serde::{Deserialize, Serialize};
 
 use super::ShapeError;
+use super::alloc::NomadAllocListStub;
 use super::csi::NomadCsiTopology;
 
 fn access_out(m: CsiVolumeAccessMode) -> String {
@@ -111,17 +112,25 @@ fn claim_state_in(n: u8) -> Result<CsiVolumeClaimState, ShapeError> {
 pub struct NomadCsiVolumeClaim {
     #[serde(rename = "AllocationID")]
     pub allocation_id: String,
-    #[serde(rename = "NodeID", default)]
+    #[serde(rename = "NodeID", default, deserialize_with = "super::nullable")]
     pub node_id: String,
-    #[serde(rename = "ExternalNodeID", default)]
+    #[serde(
+        rename = "ExternalNodeID",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub external_node_id: String,
-    #[serde(rename = "Mode", default)]
+    #[serde(rename = "Mode", default, deserialize_with = "super::nullable")]
     pub mode: u8,
-    #[serde(rename = "AccessMode", default)]
+    #[serde(rename = "AccessMode", default, deserialize_with = "super::nullable")]
     pub access_mode: String,
-    #[serde(rename = "AttachmentMode", default)]
+    #[serde(
+        rename = "AttachmentMode",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub attachment_mode: String,
-    #[serde(rename = "State", default)]
+    #[serde(rename = "State", default, deserialize_with = "super::nullable")]
     pub state: u8,
 }
 
@@ -158,18 +167,22 @@ impl TryFrom<NomadCsiVolumeClaim> for CsiVolumeClaim {
 /// Nomad's `CSIVolumeCapability`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiVolumeCapability {
-    #[serde(rename = "AccessMode", default)]
+    #[serde(rename = "AccessMode", default, deserialize_with = "super::nullable")]
     pub access_mode: String,
-    #[serde(rename = "AttachmentMode", default)]
+    #[serde(
+        rename = "AttachmentMode",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub attachment_mode: String,
 }
 
 /// Nomad's `CSIMountOptions`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiMountOptions {
-    #[serde(rename = "FSType", default)]
+    #[serde(rename = "FSType", default, deserialize_with = "super::nullable")]
     pub fs_type: String,
-    #[serde(rename = "MountFlags", default)]
+    #[serde(rename = "MountFlags", default, deserialize_with = "super::nullable")]
     pub mount_flags: Vec<String>,
 }
 
@@ -196,59 +209,99 @@ fn allocs_out(s: &BTreeSet<Id>) -> BTreeMap<String, Option<()>> {
 pub struct NomadCsiVolume {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
-    #[serde(rename = "ExternalID", default)]
+    #[serde(rename = "ExternalID", default, deserialize_with = "super::nullable")]
     pub external_id: String,
-    #[serde(rename = "PluginID", default)]
+    #[serde(rename = "PluginID", default, deserialize_with = "super::nullable")]
     pub plugin_id: String,
-    #[serde(rename = "Provider", default)]
+    #[serde(rename = "Provider", default, deserialize_with = "super::nullable")]
     pub provider: Id,
-    #[serde(rename = "ProviderVersion", default)]
+    #[serde(
+        rename = "ProviderVersion",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub provider_version: Id,
-    #[serde(rename = "Topologies", default)]
+    #[serde(rename = "Topologies", default, deserialize_with = "super::nullable")]
     pub topologies: Vec<NomadCsiTopology>,
-    #[serde(rename = "RequestedCapabilities", default)]
+    #[serde(
+        rename = "RequestedCapabilities",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub requested_capabilities: Vec<NomadCsiVolumeCapability>,
-    #[serde(rename = "MountOptions", default)]
+    #[serde(rename = "MountOptions", default, deserialize_with = "super::nullable")]
     pub mount_options: Option<NomadCsiMountOptions>,
-    #[serde(rename = "Secrets", default)]
+    /// `null` when empty, as Nomad answers every volume (the server answers none).
+    #[serde(
+        rename = "Secrets",
+        default,
+        deserialize_with = "super::nullable",
+        serialize_with = "null_if_empty"
+    )]
     pub secrets: BTreeMap<String, String>,
-    #[serde(rename = "Parameters", default)]
+    #[serde(rename = "Parameters", default, deserialize_with = "super::nullable")]
     pub parameters: BTreeMap<String, String>,
-    #[serde(rename = "Context", default)]
+    #[serde(rename = "Context", default, deserialize_with = "super::nullable")]
     pub context: BTreeMap<String, String>,
-    #[serde(rename = "AccessMode", default)]
+    #[serde(rename = "AccessMode", default, deserialize_with = "super::nullable")]
     pub access_mode: String,
-    #[serde(rename = "AttachmentMode", default)]
+    #[serde(
+        rename = "AttachmentMode",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub attachment_mode: String,
-    #[serde(rename = "ReadAllocs", default)]
+    #[serde(rename = "ReadAllocs", default, deserialize_with = "super::nullable")]
     pub read_allocs: BTreeMap<String, Option<()>>,
-    #[serde(rename = "WriteAllocs", default)]
+    #[serde(rename = "WriteAllocs", default, deserialize_with = "super::nullable")]
     pub write_allocs: BTreeMap<String, Option<()>>,
-    #[serde(rename = "ReadClaims", default)]
+    #[serde(rename = "ReadClaims", default, deserialize_with = "super::nullable")]
     pub read_claims: Claims,
-    #[serde(rename = "WriteClaims", default)]
+    #[serde(rename = "WriteClaims", default, deserialize_with = "super::nullable")]
     pub write_claims: Claims,
-    #[serde(rename = "PastClaims", default)]
+    #[serde(rename = "PastClaims", default, deserialize_with = "super::nullable")]
     pub past_claims: Claims,
-    #[serde(rename = "ControllerRequired", default)]
+    /// The claiming allocations (of `ReadAllocs` and `WriteAllocs`, read first, each
+    /// once) as Nomad fills them in on a read; empty from `From<&CsiVolume>`, which
+    /// has no allocations to read: see [`NomadCsiVolume::with_allocations`]. Ignored
+    /// in input.
+    #[serde(rename = "Allocations", default, deserialize_with = "super::nullable")]
+    pub allocations: Vec<NomadAllocListStub>,
+    #[serde(
+        rename = "ControllerRequired",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controller_required: bool,
-    #[serde(rename = "ControllersHealthy", default)]
+    #[serde(
+        rename = "ControllersHealthy",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_healthy: usize,
-    #[serde(rename = "ControllersExpected", default)]
+    #[serde(
+        rename = "ControllersExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_expected: usize,
-    #[serde(rename = "NodesHealthy", default)]
+    #[serde(rename = "NodesHealthy", default, deserialize_with = "super::nullable")]
     pub nodes_healthy: usize,
-    #[serde(rename = "NodesExpected", default)]
+    #[serde(
+        rename = "NodesExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub nodes_expected: usize,
-    #[serde(rename = "Schedulable", default)]
+    #[serde(rename = "Schedulable", default, deserialize_with = "super::nullable")]
     pub schedulable: bool,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 
@@ -285,6 +338,7 @@ impl From<&CsiVolume> for NomadCsiVolume {
             read_claims: claims_out(&v.read_claims),
             write_claims: claims_out(&v.write_claims),
             past_claims: claims_out(&v.past_claims),
+            allocations: Vec::new(),
             controller_required: v.controller_required,
             controllers_healthy: v.controllers_healthy,
             controllers_expected: v.controllers_expected,
@@ -354,46 +408,106 @@ impl TryFrom<NomadCsiVolume> for CsiVolume {
     }
 }
 
+fn null_if_empty<S: serde::Serializer>(
+    m: &BTreeMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    if m.is_empty() {
+        s.serialize_none()
+    } else {
+        m.serialize(s)
+    }
+}
+
+impl NomadCsiVolume {
+    /// The volume with its claiming allocations filled in (`Allocations`), as Nomad
+    /// answers a read: each id of `ReadAllocs` then `WriteAllocs` once, looked up by
+    /// `alloc`; one no longer stored is left out.
+    pub fn with_allocations(
+        mut self,
+        v: &CsiVolume,
+        alloc: impl Fn(&Id) -> Option<NomadAllocListStub>,
+    ) -> NomadCsiVolume {
+        let mut seen = BTreeSet::new();
+        self.allocations = v
+            .read_allocs
+            .iter()
+            .chain(&v.write_allocs)
+            .filter(|id| seen.insert(*id))
+            .filter_map(alloc)
+            .collect();
+        self
+    }
+}
+
 /// Nomad's `CSIVolumeListStub`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NomadCsiVolumeListStub {
     #[serde(rename = "ID")]
     pub id: String,
-    #[serde(rename = "Namespace", default)]
+    #[serde(rename = "Namespace", default, deserialize_with = "super::nullable")]
     pub namespace: String,
-    #[serde(rename = "Name", default)]
+    #[serde(rename = "Name", default, deserialize_with = "super::nullable")]
     pub name: String,
-    #[serde(rename = "ExternalID", default)]
+    #[serde(rename = "ExternalID", default, deserialize_with = "super::nullable")]
     pub external_id: String,
-    #[serde(rename = "Topologies", default)]
+    #[serde(rename = "Topologies", default, deserialize_with = "super::nullable")]
     pub topologies: Vec<NomadCsiTopology>,
-    #[serde(rename = "AccessMode", default)]
+    #[serde(rename = "AccessMode", default, deserialize_with = "super::nullable")]
     pub access_mode: String,
-    #[serde(rename = "AttachmentMode", default)]
+    #[serde(
+        rename = "AttachmentMode",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub attachment_mode: String,
-    #[serde(rename = "CurrentReaders", default)]
+    #[serde(
+        rename = "CurrentReaders",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub current_readers: usize,
-    #[serde(rename = "CurrentWriters", default)]
+    #[serde(
+        rename = "CurrentWriters",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub current_writers: usize,
-    #[serde(rename = "Schedulable", default)]
+    #[serde(rename = "Schedulable", default, deserialize_with = "super::nullable")]
     pub schedulable: bool,
-    #[serde(rename = "PluginID", default)]
+    #[serde(rename = "PluginID", default, deserialize_with = "super::nullable")]
     pub plugin_id: String,
-    #[serde(rename = "Provider", default)]
+    #[serde(rename = "Provider", default, deserialize_with = "super::nullable")]
     pub provider: Id,
-    #[serde(rename = "ControllerRequired", default)]
+    #[serde(
+        rename = "ControllerRequired",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controller_required: bool,
-    #[serde(rename = "ControllersHealthy", default)]
+    #[serde(
+        rename = "ControllersHealthy",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_healthy: usize,
-    #[serde(rename = "ControllersExpected", default)]
+    #[serde(
+        rename = "ControllersExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub controllers_expected: usize,
-    #[serde(rename = "NodesHealthy", default)]
+    #[serde(rename = "NodesHealthy", default, deserialize_with = "super::nullable")]
     pub nodes_healthy: usize,
-    #[serde(rename = "NodesExpected", default)]
+    #[serde(
+        rename = "NodesExpected",
+        default,
+        deserialize_with = "super::nullable"
+    )]
     pub nodes_expected: usize,
-    #[serde(rename = "CreateIndex", default)]
+    #[serde(rename = "CreateIndex", default, deserialize_with = "super::nullable")]
     pub create_index: u64,
-    #[serde(rename = "ModifyIndex", default)]
+    #[serde(rename = "ModifyIndex", default, deserialize_with = "super::nullable")]
     pub modify_index: u64,
 }
 
