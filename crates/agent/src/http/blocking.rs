@@ -10,7 +10,8 @@
 //!   shape, a filter over each, whole objects, `?pretty`): each round — the read and,
 //!   once answered, the answer's JSON — runs through the agent's [`Scans`]: off the
 //!   async workers, a bounded number at a time, a share per client, within a time
-//!   budget the list checks as it goes (422 `BudgetExceeded` past it).
+//!   budget the list checks as it goes (422 `BudgetExceeded` past it). An unfiltered
+//!   list of a small table ([`INLINE_LIST_ROWS`]) is read inline instead.
 //!
 //! Between rounds nothing of the read is held but its watch set: an answer that does
 //! not end the query is dropped at once. A connection that offers to park the wait
@@ -54,16 +55,44 @@ pub(super) async fn blocking<T: Serialize>(
 pub(super) async fn scan<T: Serialize>(
     st: &AppState,
     p: &Params,
+    table: Table,
     read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<T>, ApiError> + Send,
 ) -> Response {
-    run(st, p, Cost::Scan, unreachable_missing, read).await
+    let cost = Cost::List {
+        table,
+        filtered: p.filter.is_some(),
+    };
+    run(st, p, cost, unreachable_missing, read).await
 }
+
+/// A list of at most this many rows, unfiltered, is read inline like a point read: a
+/// thread hop would cost more than the list (a blocking list of a small table, woken
+/// often, is the common case).
+const INLINE_LIST_ROWS: usize = 256;
 
 /// What a round costs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cost {
     Point,
-    Scan,
+    /// A list of `table`, with a filter or not.
+    List {
+        table: Table,
+        filtered: bool,
+    },
+}
+
+impl Cost {
+    /// Whether this round is a scan: a list with a filter, or of a table past
+    /// [`INLINE_LIST_ROWS`] rows now.
+    fn scans(self, st: &Service) -> bool {
+        match self {
+            Cost::Point => false,
+            Cost::List { filtered: true, .. } => true,
+            Cost::List { table, .. } => {
+                st.server.reader().snapshot().view().row_count(table) > INLINE_LIST_ROWS
+            }
+        }
+    }
 }
 
 /// What one round came to.
@@ -121,9 +150,9 @@ async fn run<T: Serialize>(
                 &mut read,
             )
         };
-        let outcome = match cost {
-            Cost::Point => one(&Budget::unlimited()),
-            Cost::Scan => {
+        let outcome = match cost.scans(st) {
+            false => one(&Budget::unlimited()),
+            true => {
                 // A client (or all of them) at its budget of unsent answers gets no
                 // list built for it: the answer would be refused once made.
                 if let Err(r) = st.gates.answer_room(&client, METERED_FROM as usize) {

@@ -51,7 +51,7 @@ pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Res
         Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
-    scan(&st, &p, |v, budget| {
+    scan(&st, &p, Table::Jobs, |v, budget| {
         let jobs: Box<dyn Iterator<Item = _>> = match &namespace {
             Some(ns) => Box::new(v.jobs_in_namespace(ns)),
             None => Box::new(v.jobs()),

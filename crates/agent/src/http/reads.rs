@@ -55,7 +55,7 @@ pub(crate) async fn nodes(State(st): State<AppState>, Checked(p): Checked) -> Re
         Err(e) => return e.into_response(),
     };
     let full = p.full;
-    scan(&st, &p, |v, budget| {
+    scan(&st, &p, Table::Nodes, |v, budget| {
         let page = list.cut(
             budget,
             v.nodes().map(|n| {
@@ -129,7 +129,7 @@ pub(crate) async fn allocations(State(st): State<AppState>, Checked(p): Checked)
         Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
-    scan(&st, &p, |v, budget| {
+    scan(&st, &p, Table::Allocs, |v, budget| {
         let page = list.cut(
             budget,
             v.allocs()
@@ -175,7 +175,7 @@ pub(crate) async fn plugins(State(st): State<AppState>, Checked(p): Checked) -> 
         Err(e) => return e.into_response(),
     };
     let full = p.full;
-    scan(&st, &p, |v, budget| {
+    scan(&st, &p, Table::CsiPlugins, |v, budget| {
         let page = list.cut(
             budget,
             v.csi_plugins().map(|plugin| {
@@ -223,7 +223,7 @@ pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> 
     };
     let prefix = p.prefix.clone().unwrap_or_default();
     let (full, namespace) = (p.full, namespace_of(&p));
-    scan(&st, &p, |v, budget| {
+    scan(&st, &p, Table::CsiVolumes, |v, budget| {
         let stored: Vec<Arc<CsiVolume>> = match &namespace {
             Some(ns) => v.csi_volumes_by_prefix(ns, &prefix).collect(),
             None if prefix.is_empty() => v.csi_volumes().collect(),
