@@ -123,20 +123,49 @@ async fn load_nodes(agents: &Agents, via: usize, n: usize) {
     }
 }
 
+/// Three agents as `adjust` sets them up, `nodes` loaded, and what every case
+/// measures before its attack: the honest writes' latencies and every server's term.
+struct Bed {
+    agents: Agents,
+    leader: usize,
+    follower: usize,
+    unloaded: Vec<Duration>,
+    terms: Vec<u64>,
+}
+
+async fn bed(nodes: usize, adjust: impl Fn(&mut schedstate_agent::AgentConfig)) -> Bed {
+    let agents = Agents::start_with(3, Some(TOKEN), adjust).await;
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    if nodes > 0 {
+        load_nodes(&agents, leader, nodes).await;
+        agents.wait_applied_everywhere().await;
+    }
+    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
+    let terms = terms(&agents);
+    Bed {
+        agents,
+        leader,
+        follower,
+        unloaded,
+        terms,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_costly_filter_is_cut_at_its_budget_and_the_cluster_writes_on() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let agents = Agents::start_with(3, Some(TOKEN), |c| {
+    let Bed {
+        agents,
+        leader,
+        follower,
+        unloaded,
+        terms: before,
+    } = bed(3_000, |c| {
         c.limits.scan_budget = Duration::from_millis(300);
         c.limits.scan_queue_wait = Duration::from_secs(2);
     })
     .await;
-    let leader = agents.wait_leader().await;
-    let follower = (leader + 1) % 3;
-    load_nodes(&agents, leader, 3_000).await;
-    agents.wait_applied_everywhere().await;
-    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
-    let before = terms(&agents);
 
     // Four requests at once, again and again, each a 600-way regular expression over
     // every node (12 s for one on the unguarded agent).
@@ -207,14 +236,16 @@ async fn a_costly_filter_is_cut_at_its_budget_and_the_cluster_writes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_bodies_hold_what_they_sent_and_raft_keeps_its_own_budget() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let agents = Agents::start_with(3, Some(TOKEN), |c| {
+    let Bed {
+        agents,
+        leader: _,
+        follower,
+        unloaded,
+        terms: before,
+    } = bed(0, |c| {
         c.limits.body_timeout = Duration::from_secs(20);
     })
     .await;
-    let leader = agents.wait_leader().await;
-    let follower = (leader + 1) % 3;
-    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
-    let before = terms(&agents);
     // 40 connections to each server, each claiming the largest write (16 MiB) and
     // sending one byte of it: 640 MiB claimed on each server, more than all the
     // bodies it holds (512 MiB), which once made it refuse every write and Raft RPC.
@@ -302,16 +333,16 @@ async fn unread(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_large_answers_hold_a_bounded_share_and_end_at_the_write_timeout() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let agents = Agents::start_with(3, Some(TOKEN), |c| {
+    let Bed {
+        agents,
+        leader,
+        follower,
+        unloaded,
+        terms: before,
+    } = bed(3_000, |c| {
         c.limits.write_timeout = Duration::from_secs(8);
     })
     .await;
-    let leader = agents.wait_leader().await;
-    let follower = (leader + 1) % 3;
-    load_nodes(&agents, leader, 3_000).await;
-    agents.wait_applied_everywhere().await;
-    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
-    let before = terms(&agents);
     let rss_before = rss_kib();
     // 100 clients, each from an address of its own, ask for the largest answer (every
     // node, whole, indented: several MB) and read none of it.
@@ -359,7 +390,14 @@ async fn unread_large_answers_hold_a_bounded_share_and_end_at_the_write_timeout(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_event_streams_hold_a_bounded_amount_each() {
     let _alone = ONE_AT_A_TIME.lock().await;
-    let agents = Agents::start_with(3, Some(TOKEN), |c| {
+    // Writes for the streams to carry: 3,000 nodes in six large writes.
+    let Bed {
+        agents,
+        leader: _,
+        follower,
+        unloaded,
+        terms: before,
+    } = bed(3_000, |c| {
         c.event_buffer = 10_000;
         c.limits.write_timeout = Duration::from_secs(30);
         // One token for every stream here: many clients' streams, as far as the
@@ -367,13 +405,6 @@ async fn stalled_event_streams_hold_a_bounded_amount_each() {
         c.limits.event_streams_per_client = 1_024;
     })
     .await;
-    let leader = agents.wait_leader().await;
-    let follower = (leader + 1) % 3;
-    // Writes for the streams to carry: 3,000 nodes in six large writes.
-    load_nodes(&agents, leader, 3_000).await;
-    agents.wait_applied_everywhere().await;
-    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
-    let before = terms(&agents);
     let rss_before = rss_kib();
     // Streams from the start of the buffer, never read, 50 from each address (the
     // per-client share is raised above: many clients, each under its share).
@@ -417,7 +448,13 @@ async fn clients_filling_the_leaders_cap_on_the_servers_address_do_not_shut_the_
     let _alone = ONE_AT_A_TIME.lock().await;
     let pki = Arc::new(support::Pki::new(3));
     let p = pki.clone();
-    let agents = Agents::start_with(3, Some(TOKEN), move |c| {
+    let Bed {
+        agents,
+        leader,
+        follower,
+        unloaded,
+        terms: before,
+    } = bed(0, move |c| {
         c.tls = Some(p.options(c.id));
         c.cluster_key = None;
         c.limits.conns_per_client = 20;
@@ -425,10 +462,6 @@ async fn clients_filling_the_leaders_cap_on_the_servers_address_do_not_shut_the_
         c.limits.header_read_timeout = Duration::from_secs(1);
     })
     .await;
-    let leader = agents.wait_leader().await;
-    let follower = (leader + 1) % 3;
-    let unloaded = honest_writes(&agents, follower, "calm", honest()).await;
-    let before = terms(&agents);
     // Clients on the servers' own address (one host, or one NAT) keep the leader's
     // per-address cap full: each connection sends nothing, is closed at the header
     // timeout, and is opened again at once.
