@@ -160,7 +160,16 @@ fn demo_then_status_commands_match_the_store() {
         assert_eq!(row[8], vol.write_allocs.len().to_string());
     }
     let json = ok(&["volume", "status", "--json", "--data", dir.arg()]);
-    assert_eq!(serde_json::from_str::<Vec<CsiVolume>>(&json).unwrap(), vols);
+    // The JSON shows volumes as the API does: secrets dropped, mount flags hidden.
+    let shown: Vec<CsiVolume> = vols
+        .iter()
+        .cloned()
+        .map(|mut vol| {
+            vol.redact();
+            vol
+        })
+        .collect();
+    assert_eq!(serde_json::from_str::<Vec<CsiVolume>>(&json).unwrap(), shown);
     let default_ns = rows(&ok(&[
         "volume",
         "status",
