@@ -76,6 +76,7 @@
 
 mod batcher;
 mod committed;
+mod elections;
 mod error;
 mod forward;
 pub mod inbound;
@@ -86,6 +87,7 @@ mod log_store;
 mod membership;
 mod network;
 mod observe;
+pub mod pre_vote;
 mod read_barrier;
 mod read_index;
 mod router;
@@ -104,6 +106,7 @@ use std::sync::Arc;
 use schedstate::state::Command;
 
 pub use committed::RAFT_COMMITTED_MAGIC;
+pub use elections::STEP_DOWN_VOTE;
 pub use error::{ClusterError, OpenError, ProposeError};
 pub use forward::FORWARD_DEADLINE;
 pub use inspect::{ServerDirReport, inspect_dir};

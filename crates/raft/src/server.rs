@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use openraft::error::{InitializeError, RaftError};
@@ -13,6 +12,7 @@ use parking_lot::Mutex;
 use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
 
 use crate::batcher::Batcher;
+use crate::elections::Elections;
 use crate::error::{ClusterError, OpenError, ProposeError};
 use crate::inbound::ServerView;
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
@@ -145,12 +145,14 @@ struct Inner {
     /// The last snapshot received and checked, for the state machine to install
     /// (shared with it).
     checked: Arc<Mutex<Option<CheckedSnapshot>>>,
-    /// Holds on elections taken while received snapshots install (the last one
-    /// taken is the one whose release lets the server stand again).
-    election_holds: AtomicU64,
+    /// When this server last heard from a leader, and holds on its elections (a
+    /// received snapshot installing): read by its election timer.
+    elections: Arc<Elections>,
     max_snapshot_bytes: u64,
     /// The task asking Raft for the snapshots the state machine's cadence calls for.
     _snapshots: AbortOnDrop,
+    /// The election timer: PreVote, then `trigger().elect()`; CheckQuorum.
+    _elections: AbortOnDrop,
 }
 
 /// A task stopped when its owner is dropped.
@@ -207,7 +209,25 @@ impl Server {
                 SnapshotCadence::new(options.snapshot_after_commands, snapshot_due),
             )?;
             let config = Arc::new(options.raft.validate()?);
-            let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
+            let raft = Raft::new(
+                id,
+                config.clone(),
+                Factory(network.clone()),
+                log.clone(),
+                sm,
+            )
+            .await?;
+            // Elections are ours (PreVote first, `elections.rs`): openraft's timer
+            // would raise the term whether or not the server could win.
+            raft.runtime_config().elect(false);
+            let elections = Arc::new(Elections::new(&config));
+            let timer = AbortOnDrop(crate::elections::spawn(
+                raft.clone(),
+                network.clone(),
+                log.clone(),
+                id,
+                elections.clone(),
+            ));
             // Hands the state machine's requests for a snapshot to Raft; ends when the
             // server is dropped (the task is aborted) or Raft stops.
             let trigger = raft.clone();
@@ -233,10 +253,11 @@ impl Server {
                     follower_reads: ReadBarrier::default(),
                     receiver: Mutex::default(),
                     checked,
-                    election_holds: AtomicU64::new(0),
+                    elections,
                     max_snapshot_bytes,
                     raft,
                     _snapshots: snapshots,
+                    _elections: timer,
                 }),
             })
         })
@@ -383,6 +404,16 @@ impl Server {
             return answer;
         }
         crate::forward::propose_or_forward(self, command, key).await
+    }
+
+    /// Its election timing ([`crate::elections`]).
+    pub(crate) fn elections(&self) -> &Elections {
+        &self.inner.elections
+    }
+
+    /// Its Raft log.
+    pub(crate) fn log_store(&self) -> &LogStore {
+        &self.inner.log
     }
 
     /// How this server forwards proposals to the leader.

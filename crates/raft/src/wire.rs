@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::inbound::{self, RpcRefused};
 use crate::network::{Network, RpcFailure, RpcResult};
+use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
 use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
 /// The largest RPC either way, encoded (a batch of entries, a snapshot chunk). A
@@ -42,6 +43,10 @@ pub enum RpcRequest {
     /// postcard numbers the variants, and a server older than this one refuses it as
     /// undecodable, which the follower takes for "proxy the read instead".
     ReadIndex,
+    /// A server asks a voter whether it would vote for it ([`crate::pre_vote`]).
+    /// Last, after `ReadIndex`: a server older than this one refuses it as
+    /// undecodable, which the candidate counts as a refusal.
+    PreVote(PreVoteRequest),
 }
 
 /// The answer to an [`RpcRequest`], of the same kind.
@@ -62,6 +67,8 @@ pub enum RpcAnswer {
     /// The answer to [`RpcRequest::ReadIndex`]: the index the leader had applied once
     /// it confirmed its leadership after the request arrived.
     ReadIndex(Result<u64, ReadIndexRefusal>),
+    /// The answer to [`RpcRequest::PreVote`].
+    PreVote(PreVoteAnswer),
 }
 
 /// Why a server gave no read index, as it crosses the wire (the subset of
@@ -287,21 +294,39 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
     Ok(match request {
         RpcRequest::AppendEntries(rpc) => {
             inbound::check_append(&view, &rpc).inspect_err(warn_if_log_reverted)?;
-            RpcAnswer::AppendEntries(server.raft().append_entries(rpc).await)
+            let answer = server.raft().append_entries(rpc).await;
+            // Taken from a leader (a conflict too: the leader's vote was accepted).
+            if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+                server.elections().heard();
+            }
+            RpcAnswer::AppendEntries(answer)
         }
         RpcRequest::Vote(rpc) => {
             inbound::check_vote(&view, &rpc)?;
-            RpcAnswer::Vote(server.raft().vote(rpc).await)
+            let answer = server.raft().vote(rpc).await;
+            if matches!(&answer, Ok(a) if a.vote_granted) {
+                server.elections().heard();
+            }
+            RpcAnswer::Vote(answer)
         }
         RpcRequest::InstallSnapshot(rpc) => {
             inbound::check_snapshot_chunk(&view, &rpc)?;
-            RpcAnswer::InstallSnapshot(server.receive_snapshot_chunk(view.vote, rpc).await?)
+            let sender = rpc.vote;
+            let answer = server.receive_snapshot_chunk(view.vote, rpc).await?;
+            if matches!(&answer, Ok(a) if sender >= a.vote) {
+                server.elections().heard();
+            }
+            RpcAnswer::InstallSnapshot(answer)
         }
         RpcRequest::Forward(command, key) => {
             RpcAnswer::Forward(server.propose_keyed(command, key).await.into())
         }
         RpcRequest::ReadIndex => {
             RpcAnswer::ReadIndex(server.answer_read_index().await.map_err(Into::into))
+        }
+        RpcRequest::PreVote(rpc) => {
+            inbound::check_pre_vote(&view, &rpc)?;
+            RpcAnswer::PreVote(server.answer_pre_vote(&rpc))
         }
     })
 }
@@ -450,6 +475,21 @@ impl<T: Transport> Network for T {
             other => Err(unexpected(target, other)),
         }
     }
+
+    async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: PreVoteRequest,
+    ) -> Result<PreVoteAnswer, RpcFailure> {
+        match self
+            .call(target, addr, RpcRequest::PreVote(request))
+            .await?
+        {
+            RpcAnswer::PreVote(answer) => Ok(answer),
+            other => Err(unexpected(target, other)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -475,6 +515,45 @@ mod tests {
             RpcRequest::decode(&bytes),
             Ok(RpcRequest::ReadIndex)
         ));
+    }
+
+    /// What a server built before [`RpcRequest::PreVote`] decodes requests as.
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    enum BeforePreVote {
+        AppendEntries(AppendEntriesRequest<TypeConfig>),
+        Vote(VoteRequest<NodeId>),
+        InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+        Forward(Command, Option<WriteKey>),
+        ReadIndex,
+    }
+
+    #[test]
+    fn an_older_server_cannot_decode_a_pre_vote_and_the_answers_cross_the_wire() {
+        let request = PreVoteRequest {
+            candidate: 3,
+            term: 8,
+            last_log_id: Some(openraft::LogId::new(
+                openraft::CommittedLeaderId::new(7, 1),
+                41,
+            )),
+        };
+        let bytes = RpcRequest::PreVote(request.clone()).encode().unwrap();
+        assert!(postcard::from_bytes::<BeforePreVote>(&bytes).is_err());
+        assert!(matches!(RpcRequest::decode(&bytes), Ok(RpcRequest::PreVote(r)) if r == request));
+        for answer in [
+            PreVoteAnswer::Granted,
+            PreVoteAnswer::LeaderAlive { leader: 1, ms: 40 },
+            PreVoteAnswer::LogBehind {
+                mine: request.last_log_id,
+            },
+        ] {
+            let bytes = RpcAnswer::PreVote(answer.clone()).encode().unwrap();
+            match RpcAnswer::decode(&bytes).unwrap() {
+                RpcAnswer::PreVote(back) => assert_eq!(back, answer),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

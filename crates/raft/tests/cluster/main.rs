@@ -9,6 +9,7 @@ mod golden;
 mod inspect;
 mod log_files;
 mod membership;
+mod pre_vote;
 mod read_index;
 mod snapshot_cadence;
 mod support;
