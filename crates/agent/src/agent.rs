@@ -321,10 +321,10 @@ async fn watch_leader(server: Server, metrics: Arc<Metrics>, mut stopping: watch
     let mut rx = server.raft().metrics();
     let mut last: Option<u64> = None;
     loop {
-        let (leader, term) = {
-            let m = rx.borrow_and_update();
-            (m.current_leader, m.current_term)
-        };
+        let term = rx.borrow_and_update().current_term;
+        // Not openraft's leader as it is: a follower whose election timer ran out
+        // without word from its leader has none, even when it may not stand (PreVote).
+        let leader = server.leader();
         if leader != last {
             match leader {
                 Some(l) if l == server.id() => {

@@ -51,6 +51,12 @@ const TICK: Duration = Duration::from_millis(10);
 /// hears from leaders) and its timer task.
 pub(crate) struct Elections {
     last_heard: Mutex<Instant>,
+    /// Whether this voter's timer ran out since it last heard from a leader: it no
+    /// longer takes the leader openraft still names for one. openraft clears its
+    /// leader when its own timer fires (it becomes a candidate); ours may not stand
+    /// at all (PreVote lost), and the forwarding, reads and proxy that wait on "the
+    /// leadership moved" must still see it go.
+    lost: tokio::sync::watch::Sender<bool>,
     /// Holds taken and not released (a received snapshot installing).
     holds: AtomicU64,
     lease: Duration,
@@ -64,6 +70,7 @@ impl Elections {
     pub(crate) fn new(config: &Config) -> Elections {
         Elections {
             last_heard: Mutex::new(Instant::now()),
+            lost: tokio::sync::watch::Sender::new(false),
             holds: AtomicU64::new(0),
             lease: Duration::from_millis(config.election_timeout_max),
             timeout_min: Duration::from_millis(config.election_timeout_min),
@@ -71,9 +78,31 @@ impl Elections {
         }
     }
 
-    /// A leader was heard from (or a vote granted): the timer starts again.
+    /// A leader was heard from (or a vote granted, or this server's vote changed):
+    /// the timer starts again, and a leader it names is one again.
     pub(crate) fn heard(&self) {
+        self.restart();
+        self.lost.send_if_modified(|l| std::mem::replace(l, false));
+    }
+
+    /// The timer starts again; whether the leader is lost stays as it is.
+    fn restart(&self) {
         *self.last_heard.lock() = Instant::now();
+    }
+
+    /// The timer ran out: the leader openraft names is no longer taken for one.
+    fn lose(&self) {
+        self.lost.send_if_modified(|l| !std::mem::replace(l, true));
+    }
+
+    /// Whether this server's timer ran out since it last heard from a leader.
+    pub(crate) fn leader_lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Told when [`leader_lost`](Self::leader_lost) changes.
+    pub(crate) fn watch_lost(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.lost.subscribe()
     }
 
     /// How long ago a leader was last heard from.
@@ -118,6 +147,7 @@ impl Elections {
 /// What the timer reads of the metrics each tick.
 struct Seen {
     state: ServerState,
+    vote: Vote<NodeId>,
     term: u64,
     quorum_ms: Option<u64>,
     voter: bool,
@@ -135,6 +165,7 @@ pub(crate) fn spawn(
     tokio::spawn(async move {
         let mut timeout = elections.next_timeout();
         let mut leading_since: Option<Instant> = None;
+        let mut last_vote: Option<Vote<NodeId>> = None;
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -142,6 +173,11 @@ pub(crate) fn spawn(
             let Some(seen) = look(&raft, id) else {
                 return;
             };
+            // A vote changed (granted, or this server stood): openraft restarts its
+            // timer then, and so does this one.
+            if last_vote.replace(seen.vote) != Some(seen.vote) {
+                elections.heard();
+            }
             if seen.state == ServerState::Leader {
                 elections.heard();
                 let since = *leading_since.get_or_insert_with(Instant::now);
@@ -167,6 +203,7 @@ pub(crate) fn spawn(
             if elections.since_heard() < wait {
                 continue;
             }
+            elections.lose();
             let (configs, addresses) = voters(&raft);
             let request = PreVoteRequest {
                 candidate: id,
@@ -195,7 +232,7 @@ pub(crate) fn spawn(
                 tracing::debug!(id, "pre-vote lost: not standing");
             }
             // Either way the timer starts again, with a new random timeout.
-            elections.heard();
+            elections.restart();
             timeout = elections.next_timeout();
         }
     })
@@ -211,6 +248,7 @@ fn look(raft: &Raft<TypeConfig>, id: NodeId) -> Option<Seen> {
     let alone = voter && membership.voter_ids().all(|v| v == id);
     Some(Seen {
         state: m.state,
+        vote: m.vote,
         term: m.current_term,
         quorum_ms: m.millis_since_quorum_ack,
         voter,

@@ -421,8 +421,13 @@ impl Server {
         &*self.inner.network
     }
 
-    /// The current leader as this server knows it, with its address.
+    /// The current leader as this server knows it, with its address. `None` also
+    /// once this server's election timer ran out without word from that leader
+    /// ([`crate::elections`]).
     pub async fn leader_node(&self) -> Option<(NodeId, String)> {
+        if self.inner.elections.leader_lost() {
+            return None;
+        }
         // Read in place: every forwarded proposal asks, and the metrics are large.
         let metrics = self.inner.raft.metrics();
         let m = metrics.borrow();
@@ -441,19 +446,32 @@ impl Server {
     /// # Errors
     /// [`ClusterError::Unavailable`] when `timeout` passes first.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, ClusterError> {
-        let m = self
-            .inner
-            .raft
-            .wait(Some(timeout))
-            .metrics(|m| m.current_leader.is_some(), "a leader")
+        let mut metrics = self.inner.raft.server_metrics();
+        let mut lost = self.inner.elections.watch_lost();
+        let wait = async {
+            loop {
+                metrics.borrow_and_update();
+                lost.borrow_and_update();
+                if let Some(leader) = self.leader() {
+                    return Ok(leader);
+                }
+                tokio::select! {
+                    r = metrics.changed() => r.map_err(|_| ClusterError::Stopped)?,
+                    r = lost.changed() => r.map_err(|_| ClusterError::Stopped)?,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
             .await
-            .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
-        m.current_leader
-            .ok_or_else(|| ClusterError::Unavailable("no leader".into()))
+            .map_err(|_| ClusterError::Unavailable(format!("no leader within {timeout:?}")))?
     }
 
-    /// The current leader's id as this server knows it.
+    /// The current leader's id as this server knows it (see
+    /// [`leader_node`](Self::leader_node)).
     pub fn leader(&self) -> Option<NodeId> {
+        if self.inner.elections.leader_lost() {
+            return None;
+        }
         self.inner.raft.metrics().borrow().current_leader
     }
 

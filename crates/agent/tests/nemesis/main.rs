@@ -16,6 +16,7 @@ mod deposed;
 mod follower_reads;
 mod proxied;
 mod proxy;
+mod quiet_heal;
 mod run;
 mod scenarios;
 mod workload;
