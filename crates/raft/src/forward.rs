@@ -113,9 +113,10 @@ pub(crate) async fn leader_moves_from(server: &Server, id: NodeId) {
     let mut metrics = server.raft().server_metrics();
     let mut lost = server.elections().watch_lost();
     loop {
-        metrics.borrow_and_update();
         lost.borrow_and_update();
-        if server.leader() != Some(id) {
+        // From the watched metrics: openraft publishes them before `Raft::metrics`.
+        let named = metrics.borrow_and_update().current_leader;
+        if server.leader_as_seen(named) != Some(id) {
             return;
         }
         tokio::select! {

@@ -69,13 +69,13 @@ pub struct ServerOptions {
 }
 
 impl Default for ServerOptions {
-    /// Heartbeat every 40 ms, election timeout 100–200 ms. openraft 0.9 makes a
-    /// follower that knew a leader wait the leader's lease (the maximum election
-    /// timeout) *plus* its own election timeout before it stands, and one whose log is
-    /// behind another's a further twice the maximum — so a follower stands 300–400 ms
-    /// after the last heartbeat (700–800 ms at worst): failover p50 ≤ 0.5 s and max
+    /// Heartbeat every 40 ms, election timeout 100–200 ms. A follower that knew a
+    /// leader waits the leader's lease (the maximum election timeout) *plus* its own
+    /// election timeout before it asks to stand (PreVote, `elections.rs`, which keeps
+    /// openraft 0.9's timing: its lease refuses votes until then), so a follower
+    /// stands 300–400 ms after the last heartbeat: failover p50 ≤ 0.5 s and max
     /// ≤ 1 s, with room for a loaded machine to miss seven heartbeats before anyone
-    /// stands. (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
+    /// stands; a leader that hears no quorum for its lease (200 ms) steps down (CheckQuorum). (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
     /// snapshot every 10,000 entries, keeping 1,000 entries behind it for followers
     /// that lag a little. At most 64 entries per `AppendEntries`: a new leader knows
     /// no follower's log and openraft 0.9 finds where each matches by probing from
@@ -450,9 +450,11 @@ impl Server {
         let mut lost = self.inner.elections.watch_lost();
         let wait = async {
             loop {
-                metrics.borrow_and_update();
+                // openraft publishes its server metrics before the others: the leader
+                // is read from the ones watched, not from `Raft::metrics`.
                 lost.borrow_and_update();
-                if let Some(leader) = self.leader() {
+                let named = metrics.borrow_and_update().current_leader;
+                if let Some(leader) = self.leader_as_seen(named) {
                     return Ok(leader);
                 }
                 tokio::select! {
@@ -469,10 +471,18 @@ impl Server {
     /// The current leader's id as this server knows it (see
     /// [`leader_node`](Self::leader_node)).
     pub fn leader(&self) -> Option<NodeId> {
+        let named = self.inner.raft.metrics().borrow().current_leader;
+        self.leader_as_seen(named)
+    }
+
+    /// The leader openraft `named`, unless this server's election timer ran out
+    /// since it last heard from a leader.
+    pub(crate) fn leader_as_seen(&self, named: Option<NodeId>) -> Option<NodeId> {
         if self.inner.elections.leader_lost() {
-            return None;
+            None
+        } else {
+            named
         }
-        self.inner.raft.metrics().borrow().current_leader
     }
 
     /// Whether this server believes it is the leader.

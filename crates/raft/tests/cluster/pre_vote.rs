@@ -115,8 +115,8 @@ async fn failover(cut: impl Fn(&Cluster, NodeId, &[NodeId])) -> Duration {
         assert!(started.elapsed() < DEADLINE, "no new leader");
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    // CheckQuorum: the old leader steps down within the lease plus an election
-    // timeout of its last quorum (300 ms), however it was cut.
+    // CheckQuorum: the old leader steps down within its lease (200 ms) of its last
+    // quorum, however it was cut.
     let old = cluster.server(leader);
     let t = Instant::now();
     while old.is_leader() {
