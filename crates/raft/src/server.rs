@@ -446,12 +446,12 @@ impl Server {
     /// # Errors
     /// [`ClusterError::Unavailable`] when `timeout` passes first.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, ClusterError> {
-        let mut metrics = self.inner.raft.server_metrics();
+        // `Raft::metrics`, which openraft publishes last: once it names a leader,
+        // `leader_node` and the other metrics do too.
+        let mut metrics = self.inner.raft.metrics();
         let mut lost = self.inner.elections.watch_lost();
         let wait = async {
             loop {
-                // openraft publishes its server metrics before the others: the leader
-                // is read from the ones watched, not from `Raft::metrics`.
                 lost.borrow_and_update();
                 let named = metrics.borrow_and_update().current_leader;
                 if let Some(leader) = self.leader_as_seen(named) {
