@@ -340,6 +340,18 @@ pub fn check_pre_vote(
     view.check_member(rpc.candidate)
 }
 
+/// Checks a TimeoutNow request: its term within bounds, its sender a member.
+///
+/// # Errors
+/// [`RpcRefused`] naming the first rule broken.
+pub fn check_timeout_now(
+    view: &ServerView,
+    rpc: &crate::transfer::TimeoutNowRequest,
+) -> Result<(), RpcRefused> {
+    view.check_term("the handed-over term", rpc.term)?;
+    view.check_member(rpc.from)
+}
+
 /// Checks the parts of an InstallSnapshot chunk that do not depend on the chunks
 /// before it (those are the receiver's).
 ///

@@ -97,6 +97,7 @@ mod snapshot_file;
 pub mod snapshot_receiver;
 mod state_machine;
 mod tcp;
+pub mod transfer;
 pub mod wire;
 mod write_keys;
 
@@ -124,6 +125,7 @@ pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};
 pub use state_machine::ApplyResponse;
 pub use state_machine::SnapshotBuilt;
 pub use tcp::{MAX_FRAME, TcpEndpoint, TcpNetwork};
+pub use transfer::TRANSFER_DEADLINE;
 pub use write_keys::{
     KeptOutcome, MAX_WRITE_KEYS, ProposalKeys, WRITE_KEY_TTL_MS, WriteKey, WriteKeys,
 };

@@ -28,6 +28,7 @@ use openraft::raft::{
 use schedstate::state::Command;
 
 use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
+use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
 use crate::{ClusterError, Committed, NodeId, ProposeError, TypeConfig, WriteKey};
 
 /// Why an RPC got no answer from the remote Raft.
@@ -125,6 +126,15 @@ pub trait Network: Clone + Send + Sync + 'static {
         addr: &str,
         request: PreVoteRequest,
     ) -> impl Future<Output = Result<PreVoteAnswer, RpcFailure>> + Send;
+
+    /// Tells `target` to stand for election now: this server, its leader, stepped
+    /// down and voted for it ([`crate::transfer`]).
+    fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: TimeoutNowRequest,
+    ) -> impl Future<Output = Result<TimeoutNowAnswer, RpcFailure>> + Send;
 }
 
 /// A [`Network`] without its type: what the server handle and openraft's adapter hold.
@@ -179,6 +189,13 @@ pub(crate) trait ErasedNetwork: Send + Sync + 'static {
         addr: String,
         request: PreVoteRequest,
     ) -> BoxFuture<'_, Result<PreVoteAnswer, RpcFailure>>;
+
+    fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: String,
+        request: TimeoutNowRequest,
+    ) -> BoxFuture<'_, Result<TimeoutNowAnswer, RpcFailure>>;
 }
 
 impl<N: Network> ErasedNetwork for N {
@@ -237,6 +254,15 @@ impl<N: Network> ErasedNetwork for N {
         request: PreVoteRequest,
     ) -> BoxFuture<'_, Result<PreVoteAnswer, RpcFailure>> {
         Box::pin(async move { Network::pre_vote(self, target, &addr, request).await })
+    }
+
+    fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: String,
+        request: TimeoutNowRequest,
+    ) -> BoxFuture<'_, Result<TimeoutNowAnswer, RpcFailure>> {
+        Box::pin(async move { Network::timeout_now(self, target, &addr, request).await })
     }
 }
 

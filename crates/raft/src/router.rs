@@ -16,6 +16,7 @@ use schedstate::state::Command;
 
 use crate::network::{Network, RpcFailure, RpcResult};
 use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
+use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
 use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse, unexpected};
 use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
@@ -248,6 +249,19 @@ impl Network for RouterNetwork {
         let server = self.router.route(self.from, target).await?;
         match answer_or_refuse(&server, RpcRequest::PreVote(request)).await {
             RpcAnswer::PreVote(answer) => self.router.answer(self.from, target, answer),
+            other => Err(unexpected(target, other)),
+        }
+    }
+
+    async fn timeout_now(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        request: TimeoutNowRequest,
+    ) -> Result<TimeoutNowAnswer, RpcFailure> {
+        let server = self.router.route(self.from, target).await?;
+        match answer_or_refuse(&server, RpcRequest::TimeoutNow(request)).await {
+            RpcAnswer::TimeoutNow(answer) => self.router.answer(self.from, target, answer),
             other => Err(unexpected(target, other)),
         }
     }

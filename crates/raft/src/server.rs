@@ -411,6 +411,11 @@ impl Server {
         &self.inner.elections
     }
 
+    /// Its proposer.
+    pub(crate) fn batcher(&self) -> &Batcher {
+        &self.inner.batcher
+    }
+
     /// Its Raft log.
     pub(crate) fn log_store(&self) -> &LogStore {
         &self.inner.log

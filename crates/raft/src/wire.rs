@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::inbound::{self, RpcRefused};
 use crate::network::{Network, RpcFailure, RpcResult};
 use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
+use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
 use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
 /// The largest RPC either way, encoded (a batch of entries, a snapshot chunk). A
@@ -47,6 +48,9 @@ pub enum RpcRequest {
     /// Last, after `ReadIndex`: a server older than this one refuses it as
     /// undecodable, which the candidate counts as a refusal.
     PreVote(PreVoteRequest),
+    /// A leader that stepped down for the receiver tells it to stand now
+    /// ([`crate::transfer`]). Last, after `PreVote`.
+    TimeoutNow(TimeoutNowRequest),
 }
 
 /// The answer to an [`RpcRequest`], of the same kind.
@@ -69,6 +73,8 @@ pub enum RpcAnswer {
     ReadIndex(Result<u64, ReadIndexRefusal>),
     /// The answer to [`RpcRequest::PreVote`].
     PreVote(PreVoteAnswer),
+    /// The answer to [`RpcRequest::TimeoutNow`].
+    TimeoutNow(TimeoutNowAnswer),
 }
 
 /// Why a server gave no read index, as it crosses the wire (the subset of
@@ -328,6 +334,10 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
             inbound::check_pre_vote(&view, &rpc)?;
             RpcAnswer::PreVote(server.answer_pre_vote(&rpc))
         }
+        RpcRequest::TimeoutNow(rpc) => {
+            inbound::check_timeout_now(&view, &rpc)?;
+            RpcAnswer::TimeoutNow(server.answer_timeout_now(&rpc).await)
+        }
     })
 }
 
@@ -490,6 +500,21 @@ impl<T: Transport> Network for T {
             other => Err(unexpected(target, other)),
         }
     }
+
+    async fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: TimeoutNowRequest,
+    ) -> Result<TimeoutNowAnswer, RpcFailure> {
+        match self
+            .call(target, addr, RpcRequest::TimeoutNow(request))
+            .await?
+        {
+            RpcAnswer::TimeoutNow(answer) => Ok(answer),
+            other => Err(unexpected(target, other)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -551,6 +576,27 @@ mod tests {
             let bytes = RpcAnswer::PreVote(answer.clone()).encode().unwrap();
             match RpcAnswer::decode(&bytes).unwrap() {
                 RpcAnswer::PreVote(back) => assert_eq!(back, answer),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_timeout_now_crosses_the_wire_and_an_older_server_refuses_it() {
+        use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
+        let request = TimeoutNowRequest { from: 1, term: 9 };
+        let bytes = RpcRequest::TimeoutNow(request.clone()).encode().unwrap();
+        assert!(postcard::from_bytes::<BeforePreVote>(&bytes).is_err());
+        assert!(
+            matches!(RpcRequest::decode(&bytes), Ok(RpcRequest::TimeoutNow(r)) if r == request)
+        );
+        for answer in [
+            TimeoutNowAnswer::Standing,
+            TimeoutNowAnswer::Refused("no".into()),
+        ] {
+            let bytes = RpcAnswer::TimeoutNow(answer.clone()).encode().unwrap();
+            match RpcAnswer::decode(&bytes).unwrap() {
+                RpcAnswer::TimeoutNow(back) => assert_eq!(back, answer),
                 other => panic!("{other:?}"),
             }
         }

@@ -14,6 +14,7 @@ mod read_index;
 mod snapshot_cadence;
 mod support;
 mod tcp;
+mod transfer;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
