@@ -189,7 +189,11 @@ pub(crate) fn spawn(
                 let unanswered = seen
                     .quorum_ms
                     .map_or_else(|| since.elapsed(), Duration::from_millis);
-                if !seen.alone && unanswered > elections.quorum_timeout() {
+                // A new leader's first rounds (its blank entry, followers found where
+                // their logs match) are given an election timeout more: at a
+                // cluster's start, leaders stepped down before the first answers.
+                let settled = since.elapsed() > elections.quorum_timeout() + elections.timeout_max;
+                if !seen.alone && settled && unanswered > elections.quorum_timeout() {
                     step_down(&raft, &log, id, seen.term, unanswered).await;
                 }
                 continue;

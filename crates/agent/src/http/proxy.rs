@@ -159,9 +159,12 @@ pub(super) async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -
         head_deadline(st, &parts.method, &parts.uri, deadline),
         deadline,
     );
+    // A leadership transfer moves the leadership by design: its answer (bounded by
+    // the transfer's own deadline) is awaited, not abandoned when the move is seen.
+    let moves_leader = parts.uri.path() == "/v1/operator/raft/transfer-leader";
     let answer = tokio::select! {
         answer = call => answer,
-        () = leader_moves_from(st, leader) => {
+        () = leader_moves_from(st, leader), if !moves_leader => {
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",

@@ -14,6 +14,7 @@ mod checker;
 mod cluster;
 mod deposed;
 mod follower_reads;
+mod handover;
 mod proxied;
 mod proxy;
 mod quiet_heal;
