@@ -15,7 +15,9 @@
 use openraft::Vote;
 use schedstate_fuzz::harness::input::Input;
 use schedstate_raft::inbound::{
-    MAX_TERM, MAX_TERM_STEP, ServerView, check_append, check_snapshot_chunk, check_vote,
+    MAX_TERM, MAX_TERM_STEP, ServerView, check_append, check_pre_vote, check_snapshot_chunk,
+    check_timeout_now,
+    check_vote,
 };
 use schedstate_raft::snapshot_receiver::SnapshotReceiver;
 use schedstate_raft::wire::{RpcAnswer, RpcRequest};
@@ -87,6 +89,19 @@ fn run(data: &[u8]) {
                 let cap = 1 << 16;
                 let _ = receiver.accept(rpc.clone(), cap);
                 assert!(receiver.held() as u64 <= cap);
+            }
+        }
+        RpcRequest::PreVote(rpc) => {
+            if check_pre_vote(&view, rpc).is_ok() {
+                assert!(rpc.term <= limit);
+                assert!(rpc.last_log_id.is_none_or(|l| l.leader_id.term <= rpc.term));
+                assert!(!view.has_membership() || view.members.contains(&rpc.candidate));
+            }
+        }
+        RpcRequest::TimeoutNow(rpc) => {
+            if check_timeout_now(&view, rpc).is_ok() {
+                assert!(rpc.term <= limit);
+                assert!(!view.has_membership() || view.members.contains(&rpc.from));
             }
         }
         RpcRequest::Forward(..) | RpcRequest::ReadIndex => {}

@@ -221,6 +221,25 @@ impl Agent {
         }
     }
 
+    /// Before a planned stop (SIGTERM, SIGINT): if this server leads, hands the
+    /// leadership to the most caught-up voter, so writes pause for a round trip
+    /// instead of an election timeout. Bounded by
+    /// [`TRANSFER_DEADLINE`](schedstate_raft::TRANSFER_DEADLINE); a failure is logged
+    /// and the stop goes on (the others then elect as after a crash).
+    pub async fn hand_over(&self) {
+        if !self.server.is_leader() || self.server.members().1.len() < 2 {
+            return;
+        }
+        match self.server.transfer_leadership(None).await {
+            Ok(to) => tracing::info!(id = self.server.id(), to, "handed the leadership over"),
+            Err(e) => tracing::warn!(
+                id = self.server.id(),
+                error = %e,
+                "could not hand the leadership over; stopping anyway"
+            ),
+        }
+    }
+
     /// Stops: no new requests, open blocking queries and streams answered or ended,
     /// Raft stopped, the data directory's lock released. Nothing acknowledged is
     /// lost whether an agent stops this way or is killed.
@@ -321,10 +340,10 @@ async fn watch_leader(server: Server, metrics: Arc<Metrics>, mut stopping: watch
     let mut rx = server.raft().metrics();
     let mut last: Option<u64> = None;
     loop {
-        let (leader, term) = {
-            let m = rx.borrow_and_update();
-            (m.current_leader, m.current_term)
-        };
+        let term = rx.borrow_and_update().current_term;
+        // Not openraft's leader as it is: a follower whose election timer ran out
+        // without word from its leader has none, even when it may not stand (PreVote).
+        let leader = server.leader();
         if leader != last {
             match leader {
                 Some(l) if l == server.id() => {

@@ -72,14 +72,24 @@ fn encoded_size(command: &Command) -> usize {
 /// The queue in front of a server's Raft.
 pub(crate) struct Batcher {
     tx: mpsc::UnboundedSender<Queued>,
+    /// Read by each entry while it is proposed; written by a leadership transfer,
+    /// which holds new entries back (`transfer.rs`).
+    gate: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl Batcher {
     /// Starts the proposer task for `raft`.
     pub(crate) fn start(raft: Raft<TypeConfig>) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(raft, rx));
-        Batcher { tx }
+        let gate = Arc::new(tokio::sync::RwLock::new(()));
+        tokio::spawn(run(raft, rx, gate.clone()));
+        Batcher { tx, gate }
+    }
+
+    /// Holds new entries back until the guard is dropped, once the entry in flight
+    /// (if any) has its outcome.
+    pub(crate) async fn hold(&self) -> tokio::sync::OwnedRwLockWriteGuard<()> {
+        self.gate.clone().write_owned().await
     }
 
     /// Queues `command` and waits for its outcome.
@@ -105,7 +115,11 @@ impl Batcher {
     }
 }
 
-async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Queued>) {
+async fn run(
+    raft: Raft<TypeConfig>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    gate: Arc<tokio::sync::RwLock<()>>,
+) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     // A proposal that did not fit the previous entry starts the next one.
     let mut carried: Option<Queued> = None;
@@ -138,6 +152,7 @@ async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Queued>) {
             }
         }
         let raft = raft.clone();
+        let open = gate.clone().read_owned().await;
         tokio::spawn(async move {
             let mut commands = Vec::with_capacity(batch.len());
             let mut keys = Vec::with_capacity(batch.len());
@@ -152,6 +167,7 @@ async fn run(raft: Raft<TypeConfig>, mut rx: mpsc::UnboundedReceiver<Queued>) {
                 keys,
             });
             let outcome = raft.client_write(Proposal { commands, keys }).await;
+            drop(open);
             match outcome {
                 Ok(resp) => {
                     let index = resp.log_id.index;

@@ -104,18 +104,34 @@ pub(crate) async fn propose_or_forward(
 }
 
 /// Resolves once this server no longer takes `id` for the leader (an election began,
-/// or another server won one), or its Raft stopped. Watches openraft's server
-/// metrics, which change with the vote, the leader or the membership only — not with
-/// every entry appended or applied, which would wake each forwarded write and each
-/// ReadIndex round in flight.
+/// another server won one, or its election timer ran out without word from `id`), or
+/// its Raft stopped. Watches openraft's server metrics, which change with the vote,
+/// the leader or the membership only — not with every entry appended or applied,
+/// which would wake each forwarded write and each ReadIndex round in flight — and
+/// the election timer's "leader lost".
 pub(crate) async fn leader_moves_from(server: &Server, id: NodeId) {
     let mut metrics = server.raft().server_metrics();
+    let mut lost = server.elections().watch_lost();
     loop {
-        if metrics.borrow_and_update().current_leader != Some(id) {
+        lost.borrow_and_update();
+        // From the watched metrics: openraft publishes them before `Raft::metrics`.
+        let named = metrics.borrow_and_update().current_leader;
+        if server.leader_as_seen(named) != Some(id) {
             return;
         }
-        if metrics.changed().await.is_err() {
-            return;
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { return },
+            r = lost.changed() => if r.is_err() { return },
         }
+    }
+}
+
+impl Server {
+    /// Resolves once this server no longer takes `id` for the leader: an election
+    /// began, another server won one, its election timer ran out without word from
+    /// `id` ([`crate::elections`]), or its Raft stopped. Wakes only on those, not on
+    /// every entry.
+    pub async fn leader_moves_from(&self, id: NodeId) {
+        leader_moves_from(self, id).await;
     }
 }

@@ -326,6 +326,32 @@ pub fn check_vote(view: &ServerView, rpc: &VoteRequest<NodeId>) -> Result<(), Rp
     view.check_member(rpc.vote.leader_id.node_id)
 }
 
+/// Checks a PreVote request: the same rules as a vote's (it changes nothing here,
+/// but its numbers are compared with ours and logged).
+///
+/// # Errors
+/// [`RpcRefused`] naming the first rule broken.
+pub fn check_pre_vote(
+    view: &ServerView,
+    rpc: &crate::pre_vote::PreVoteRequest,
+) -> Result<(), RpcRefused> {
+    view.check_term("the candidate's term", rpc.term)?;
+    check_log_id(view, "last_log_id", &rpc.last_log_id, Some(rpc.term))?;
+    view.check_member(rpc.candidate)
+}
+
+/// Checks a TimeoutNow request: its term within bounds, its sender a member.
+///
+/// # Errors
+/// [`RpcRefused`] naming the first rule broken.
+pub fn check_timeout_now(
+    view: &ServerView,
+    rpc: &crate::transfer::TimeoutNowRequest,
+) -> Result<(), RpcRefused> {
+    view.check_term("the handed-over term", rpc.term)?;
+    view.check_member(rpc.from)
+}
+
 /// Checks the parts of an InstallSnapshot chunk that do not depend on the chunks
 /// before it (those are the receiver's).
 ///

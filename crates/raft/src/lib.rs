@@ -76,6 +76,7 @@
 
 mod batcher;
 mod committed;
+mod elections;
 mod error;
 mod forward;
 pub mod inbound;
@@ -86,6 +87,7 @@ mod log_store;
 mod membership;
 mod network;
 mod observe;
+pub mod pre_vote;
 mod read_barrier;
 mod read_index;
 mod router;
@@ -95,6 +97,7 @@ mod snapshot_file;
 pub mod snapshot_receiver;
 mod state_machine;
 mod tcp;
+pub mod transfer;
 pub mod wire;
 mod write_keys;
 
@@ -104,6 +107,7 @@ use std::sync::Arc;
 use schedstate::state::Command;
 
 pub use committed::RAFT_COMMITTED_MAGIC;
+pub use elections::STEP_DOWN_VOTE;
 pub use error::{ClusterError, OpenError, ProposeError};
 pub use forward::FORWARD_DEADLINE;
 pub use inspect::{ServerDirReport, inspect_dir};
@@ -121,6 +125,7 @@ pub use snapshot_file::{RAFT_SNAPSHOT_MAGIC, RAFT_SNAPSHOT_VERSION};
 pub use state_machine::ApplyResponse;
 pub use state_machine::SnapshotBuilt;
 pub use tcp::{MAX_FRAME, TcpEndpoint, TcpNetwork};
+pub use transfer::TRANSFER_DEADLINE;
 pub use write_keys::{
     KeptOutcome, MAX_WRITE_KEYS, ProposalKeys, WRITE_KEY_TTL_MS, WriteKey, WriteKeys,
 };

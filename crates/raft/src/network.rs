@@ -2,9 +2,10 @@
 //! makes any implementation openraft's network.
 //!
 //! A [`Network`] value belongs to one server (it knows who is sending, so a test
-//! router can cut links). It carries the three Raft RPCs and two of ours: forwarding a
-//! proposal to the leader, and asking it for a read index (a follower's consistent
-//! read, [`Server::read_index`](crate::Server::read_index)). Two implementations:
+//! router can cut links). It carries the three Raft RPCs and three of ours: forwarding a
+//! proposal to the leader, asking it for a read index (a follower's consistent
+//! read, [`Server::read_index`](crate::Server::read_index)), and asking a voter
+//! whether it would vote for this server ([`crate::pre_vote`]). Two implementations:
 //! [`Router`](crate::Router), in process, able to drop, delay and partition;
 //! [`TcpNetwork`](crate::TcpNetwork), over TCP.
 
@@ -26,6 +27,8 @@ use openraft::raft::{
 };
 use schedstate::state::Command;
 
+use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
+use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
 use crate::{ClusterError, Committed, NodeId, ProposeError, TypeConfig, WriteKey};
 
 /// Why an RPC got no answer from the remote Raft.
@@ -113,6 +116,25 @@ pub trait Network: Clone + Send + Sync + 'static {
         target: NodeId,
         addr: &str,
     ) -> impl Future<Output = Result<Result<u64, ClusterError>, RpcFailure>> + Send;
+
+    /// Asks `target` whether it would vote for this server ([`crate::pre_vote`]). A
+    /// target that does not know the RPC (an older server) fails with
+    /// [`RpcFailure::Protocol`], which counts as a refusal.
+    fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: PreVoteRequest,
+    ) -> impl Future<Output = Result<PreVoteAnswer, RpcFailure>> + Send;
+
+    /// Tells `target` to stand for election now: this server, its leader, stepped
+    /// down and voted for it ([`crate::transfer`]).
+    fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: TimeoutNowRequest,
+    ) -> impl Future<Output = Result<TimeoutNowAnswer, RpcFailure>> + Send;
 }
 
 /// A [`Network`] without its type: what the server handle and openraft's adapter hold.
@@ -160,6 +182,20 @@ pub(crate) trait ErasedNetwork: Send + Sync + 'static {
         target: NodeId,
         addr: String,
     ) -> BoxFuture<'_, Result<Result<u64, ClusterError>, RpcFailure>>;
+
+    fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: String,
+        request: PreVoteRequest,
+    ) -> BoxFuture<'_, Result<PreVoteAnswer, RpcFailure>>;
+
+    fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: String,
+        request: TimeoutNowRequest,
+    ) -> BoxFuture<'_, Result<TimeoutNowAnswer, RpcFailure>>;
 }
 
 impl<N: Network> ErasedNetwork for N {
@@ -209,6 +245,24 @@ impl<N: Network> ErasedNetwork for N {
         addr: String,
     ) -> BoxFuture<'_, Result<Result<u64, ClusterError>, RpcFailure>> {
         Box::pin(async move { Network::read_index(self, target, &addr).await })
+    }
+
+    fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: String,
+        request: PreVoteRequest,
+    ) -> BoxFuture<'_, Result<PreVoteAnswer, RpcFailure>> {
+        Box::pin(async move { Network::pre_vote(self, target, &addr, request).await })
+    }
+
+    fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: String,
+        request: TimeoutNowRequest,
+    ) -> BoxFuture<'_, Result<TimeoutNowAnswer, RpcFailure>> {
+        Box::pin(async move { Network::timeout_now(self, target, &addr, request).await })
     }
 }
 

@@ -15,6 +15,8 @@ use parking_lot::Mutex;
 use schedstate::state::Command;
 
 use crate::network::{Network, RpcFailure, RpcResult};
+use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
+use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
 use crate::wire::{RpcAnswer, RpcRequest, answer_or_refuse, unexpected};
 use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
@@ -88,6 +90,13 @@ impl Router {
                 }
             }
         }
+    }
+
+    /// Cuts the one link from `from` to `to`: what `from` sends to `to` (requests,
+    /// and answers to `to`'s requests) is lost; the other way stays up. Added to the
+    /// links already cut.
+    pub fn cut_one_way(&self, from: NodeId, to: NodeId) {
+        self.state.lock().cut.insert((from, to));
     }
 
     /// Restores every link.
@@ -227,6 +236,32 @@ impl Network for RouterNetwork {
                 self.router
                     .answer(self.from, target, answer.map_err(Into::into))
             }
+            other => Err(unexpected(target, other)),
+        }
+    }
+
+    async fn pre_vote(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        request: PreVoteRequest,
+    ) -> Result<PreVoteAnswer, RpcFailure> {
+        let server = self.router.route(self.from, target).await?;
+        match answer_or_refuse(&server, RpcRequest::PreVote(request)).await {
+            RpcAnswer::PreVote(answer) => self.router.answer(self.from, target, answer),
+            other => Err(unexpected(target, other)),
+        }
+    }
+
+    async fn timeout_now(
+        &self,
+        target: NodeId,
+        _addr: &str,
+        request: TimeoutNowRequest,
+    ) -> Result<TimeoutNowAnswer, RpcFailure> {
+        let server = self.router.route(self.from, target).await?;
+        match answer_or_refuse(&server, RpcRequest::TimeoutNow(request)).await {
+            RpcAnswer::TimeoutNow(answer) => self.router.answer(self.from, target, answer),
             other => Err(unexpected(target, other)),
         }
     }

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use openraft::error::{InitializeError, RaftError};
@@ -13,6 +12,7 @@ use parking_lot::Mutex;
 use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
 
 use crate::batcher::Batcher;
+use crate::elections::Elections;
 use crate::error::{ClusterError, OpenError, ProposeError};
 use crate::inbound::ServerView;
 use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
@@ -69,13 +69,13 @@ pub struct ServerOptions {
 }
 
 impl Default for ServerOptions {
-    /// Heartbeat every 40 ms, election timeout 100–200 ms. openraft 0.9 makes a
-    /// follower that knew a leader wait the leader's lease (the maximum election
-    /// timeout) *plus* its own election timeout before it stands, and one whose log is
-    /// behind another's a further twice the maximum — so a follower stands 300–400 ms
-    /// after the last heartbeat (700–800 ms at worst): failover p50 ≤ 0.5 s and max
+    /// Heartbeat every 40 ms, election timeout 100–200 ms. A follower that knew a
+    /// leader waits the leader's lease (the maximum election timeout) *plus* its own
+    /// election timeout before it asks to stand (PreVote, `elections.rs`, which keeps
+    /// openraft 0.9's timing: its lease refuses votes until then), so a follower
+    /// stands 300–400 ms after the last heartbeat: failover p50 ≤ 0.5 s and max
     /// ≤ 1 s, with room for a loaded machine to miss seven heartbeats before anyone
-    /// stands. (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
+    /// stands; a leader that hears no quorum for its lease (200 ms) steps down (CheckQuorum). (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
     /// snapshot every 10,000 entries, keeping 1,000 entries behind it for followers
     /// that lag a little. At most 64 entries per `AppendEntries`: a new leader knows
     /// no follower's log and openraft 0.9 finds where each matches by probing from
@@ -145,12 +145,14 @@ struct Inner {
     /// The last snapshot received and checked, for the state machine to install
     /// (shared with it).
     checked: Arc<Mutex<Option<CheckedSnapshot>>>,
-    /// Holds on elections taken while received snapshots install (the last one
-    /// taken is the one whose release lets the server stand again).
-    election_holds: AtomicU64,
+    /// When this server last heard from a leader, and holds on its elections (a
+    /// received snapshot installing): read by its election timer.
+    elections: Arc<Elections>,
     max_snapshot_bytes: u64,
     /// The task asking Raft for the snapshots the state machine's cadence calls for.
     _snapshots: AbortOnDrop,
+    /// The election timer: PreVote, then `trigger().elect()`; CheckQuorum.
+    _elections: AbortOnDrop,
 }
 
 /// A task stopped when its owner is dropped.
@@ -207,7 +209,25 @@ impl Server {
                 SnapshotCadence::new(options.snapshot_after_commands, snapshot_due),
             )?;
             let config = Arc::new(options.raft.validate()?);
-            let raft = Raft::new(id, config, Factory(network.clone()), log.clone(), sm).await?;
+            let raft = Raft::new(
+                id,
+                config.clone(),
+                Factory(network.clone()),
+                log.clone(),
+                sm,
+            )
+            .await?;
+            // Elections are ours (PreVote first, `elections.rs`): openraft's timer
+            // would raise the term whether or not the server could win.
+            raft.runtime_config().elect(false);
+            let elections = Arc::new(Elections::new(&config));
+            let timer = AbortOnDrop(crate::elections::spawn(
+                raft.clone(),
+                network.clone(),
+                log.clone(),
+                id,
+                elections.clone(),
+            ));
             // Hands the state machine's requests for a snapshot to Raft; ends when the
             // server is dropped (the task is aborted) or Raft stops.
             let trigger = raft.clone();
@@ -233,10 +253,11 @@ impl Server {
                     follower_reads: ReadBarrier::default(),
                     receiver: Mutex::default(),
                     checked,
-                    election_holds: AtomicU64::new(0),
+                    elections,
                     max_snapshot_bytes,
                     raft,
                     _snapshots: snapshots,
+                    _elections: timer,
                 }),
             })
         })
@@ -385,13 +406,33 @@ impl Server {
         crate::forward::propose_or_forward(self, command, key).await
     }
 
+    /// Its election timing ([`crate::elections`]).
+    pub(crate) fn elections(&self) -> &Elections {
+        &self.inner.elections
+    }
+
+    /// Its proposer.
+    pub(crate) fn batcher(&self) -> &Batcher {
+        &self.inner.batcher
+    }
+
+    /// Its Raft log.
+    pub(crate) fn log_store(&self) -> &LogStore {
+        &self.inner.log
+    }
+
     /// How this server forwards proposals to the leader.
     pub(crate) fn network(&self) -> &dyn ErasedNetwork {
         &*self.inner.network
     }
 
-    /// The current leader as this server knows it, with its address.
+    /// The current leader as this server knows it, with its address. `None` also
+    /// once this server's election timer ran out without word from that leader
+    /// ([`crate::elections`]).
     pub async fn leader_node(&self) -> Option<(NodeId, String)> {
+        if self.inner.elections.leader_lost() {
+            return None;
+        }
         // Read in place: every forwarded proposal asks, and the metrics are large.
         let metrics = self.inner.raft.metrics();
         let m = metrics.borrow();
@@ -410,20 +451,43 @@ impl Server {
     /// # Errors
     /// [`ClusterError::Unavailable`] when `timeout` passes first.
     pub async fn wait_for_leader(&self, timeout: Duration) -> Result<NodeId, ClusterError> {
-        let m = self
-            .inner
-            .raft
-            .wait(Some(timeout))
-            .metrics(|m| m.current_leader.is_some(), "a leader")
+        // `Raft::metrics`, which openraft publishes last: once it names a leader,
+        // `leader_node` and the other metrics do too.
+        let mut metrics = self.inner.raft.metrics();
+        let mut lost = self.inner.elections.watch_lost();
+        let wait = async {
+            loop {
+                lost.borrow_and_update();
+                let named = metrics.borrow_and_update().current_leader;
+                if let Some(leader) = self.leader_as_seen(named) {
+                    return Ok(leader);
+                }
+                tokio::select! {
+                    r = metrics.changed() => r.map_err(|_| ClusterError::Stopped)?,
+                    r = lost.changed() => r.map_err(|_| ClusterError::Stopped)?,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
             .await
-            .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
-        m.current_leader
-            .ok_or_else(|| ClusterError::Unavailable("no leader".into()))
+            .map_err(|_| ClusterError::Unavailable(format!("no leader within {timeout:?}")))?
     }
 
-    /// The current leader's id as this server knows it.
+    /// The current leader's id as this server knows it (see
+    /// [`leader_node`](Self::leader_node)).
     pub fn leader(&self) -> Option<NodeId> {
-        self.inner.raft.metrics().borrow().current_leader
+        let named = self.inner.raft.metrics().borrow().current_leader;
+        self.leader_as_seen(named)
+    }
+
+    /// The leader openraft `named`, unless this server's election timer ran out
+    /// since it last heard from a leader.
+    pub(crate) fn leader_as_seen(&self, named: Option<NodeId>) -> Option<NodeId> {
+        if self.inner.elections.leader_lost() {
+            None
+        } else {
+            named
+        }
     }
 
     /// Whether this server believes it is the leader.

@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::inbound::{self, RpcRefused};
 use crate::network::{Network, RpcFailure, RpcResult};
+use crate::pre_vote::{PreVoteAnswer, PreVoteRequest};
+use crate::transfer::{TimeoutNowAnswer, TimeoutNowRequest};
 use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, WriteKey};
 
 /// The largest RPC either way, encoded (a batch of entries, a snapshot chunk). A
@@ -42,6 +44,13 @@ pub enum RpcRequest {
     /// postcard numbers the variants, and a server older than this one refuses it as
     /// undecodable, which the follower takes for "proxy the read instead".
     ReadIndex,
+    /// A server asks a voter whether it would vote for it ([`crate::pre_vote`]).
+    /// Last, after `ReadIndex`: a server older than this one refuses it as
+    /// undecodable, which the candidate counts as a refusal.
+    PreVote(PreVoteRequest),
+    /// A leader that stepped down for the receiver tells it to stand now
+    /// ([`crate::transfer`]). Last, after `PreVote`.
+    TimeoutNow(TimeoutNowRequest),
 }
 
 /// The answer to an [`RpcRequest`], of the same kind.
@@ -62,6 +71,10 @@ pub enum RpcAnswer {
     /// The answer to [`RpcRequest::ReadIndex`]: the index the leader had applied once
     /// it confirmed its leadership after the request arrived.
     ReadIndex(Result<u64, ReadIndexRefusal>),
+    /// The answer to [`RpcRequest::PreVote`].
+    PreVote(PreVoteAnswer),
+    /// The answer to [`RpcRequest::TimeoutNow`].
+    TimeoutNow(TimeoutNowAnswer),
 }
 
 /// Why a server gave no read index, as it crosses the wire (the subset of
@@ -287,21 +300,43 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
     Ok(match request {
         RpcRequest::AppendEntries(rpc) => {
             inbound::check_append(&view, &rpc).inspect_err(warn_if_log_reverted)?;
-            RpcAnswer::AppendEntries(server.raft().append_entries(rpc).await)
+            let answer = server.raft().append_entries(rpc).await;
+            // Taken from a leader (a conflict too: the leader's vote was accepted).
+            if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+                server.elections().heard();
+            }
+            RpcAnswer::AppendEntries(answer)
         }
         RpcRequest::Vote(rpc) => {
             inbound::check_vote(&view, &rpc)?;
-            RpcAnswer::Vote(server.raft().vote(rpc).await)
+            let answer = server.raft().vote(rpc).await;
+            if matches!(&answer, Ok(a) if a.vote_granted) {
+                server.elections().heard();
+            }
+            RpcAnswer::Vote(answer)
         }
         RpcRequest::InstallSnapshot(rpc) => {
             inbound::check_snapshot_chunk(&view, &rpc)?;
-            RpcAnswer::InstallSnapshot(server.receive_snapshot_chunk(view.vote, rpc).await?)
+            let sender = rpc.vote;
+            let answer = server.receive_snapshot_chunk(view.vote, rpc).await?;
+            if matches!(&answer, Ok(a) if sender >= a.vote) {
+                server.elections().heard();
+            }
+            RpcAnswer::InstallSnapshot(answer)
         }
         RpcRequest::Forward(command, key) => {
             RpcAnswer::Forward(server.propose_keyed(command, key).await.into())
         }
         RpcRequest::ReadIndex => {
             RpcAnswer::ReadIndex(server.answer_read_index().await.map_err(Into::into))
+        }
+        RpcRequest::PreVote(rpc) => {
+            inbound::check_pre_vote(&view, &rpc)?;
+            RpcAnswer::PreVote(server.answer_pre_vote(&rpc))
+        }
+        RpcRequest::TimeoutNow(rpc) => {
+            inbound::check_timeout_now(&view, &rpc)?;
+            RpcAnswer::TimeoutNow(server.answer_timeout_now(&rpc).await)
         }
     })
 }
@@ -450,49 +485,37 @@ impl<T: Transport> Network for T {
             other => Err(unexpected(target, other)),
         }
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What a server built before [`RpcRequest::ReadIndex`] decodes requests as:
-    /// the same variants in the same order, without the last.
-    #[derive(Debug, Deserialize)]
-    #[allow(dead_code)]
-    enum OlderRequest {
-        AppendEntries(AppendEntriesRequest<TypeConfig>),
-        Vote(VoteRequest<NodeId>),
-        InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
-        Forward(Command, Option<WriteKey>),
+    async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: PreVoteRequest,
+    ) -> Result<PreVoteAnswer, RpcFailure> {
+        match self
+            .call(target, addr, RpcRequest::PreVote(request))
+            .await?
+        {
+            RpcAnswer::PreVote(answer) => Ok(answer),
+            other => Err(unexpected(target, other)),
+        }
     }
 
-    #[test]
-    fn an_older_server_cannot_decode_a_read_index_request() {
-        let bytes = RpcRequest::ReadIndex.encode().unwrap();
-        assert!(postcard::from_bytes::<OlderRequest>(&bytes).is_err());
-        assert!(matches!(
-            RpcRequest::decode(&bytes),
-            Ok(RpcRequest::ReadIndex)
-        ));
-    }
-
-    #[test]
-    fn a_read_index_answer_crosses_the_wire() {
-        for answer in [
-            Ok(42),
-            Err(ReadIndexRefusal::NotLeader {
-                leader: Some(2),
-                address: Some("a:1".into()),
-            }),
-            Err(ReadIndexRefusal::Unavailable("no quorum".into())),
-            Err(ReadIndexRefusal::Stopped),
-        ] {
-            let bytes = RpcAnswer::ReadIndex(answer.clone()).encode().unwrap();
-            match RpcAnswer::decode(&bytes).unwrap() {
-                RpcAnswer::ReadIndex(back) => assert_eq!(back, answer),
-                other => panic!("{other:?}"),
-            }
+    async fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: TimeoutNowRequest,
+    ) -> Result<TimeoutNowAnswer, RpcFailure> {
+        match self
+            .call(target, addr, RpcRequest::TimeoutNow(request))
+            .await?
+        {
+            RpcAnswer::TimeoutNow(answer) => Ok(answer),
+            other => Err(unexpected(target, other)),
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

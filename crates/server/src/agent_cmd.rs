@@ -210,6 +210,10 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
             () = stop_signal() => None,
             why = agent.failed() => Some(why),
         };
+        if failed.is_none() {
+            // A planned stop: the leadership goes to a caught-up voter first.
+            agent.hand_over().await;
+        }
         agent.shutdown().await;
         match failed {
             None => Ok(()),

@@ -1,7 +1,7 @@
 //! `schedstate operator raft …`: the servers of a running cluster, as Nomad's
 //! `operator raft` names them — list them, add one (it must catch up before it votes,
-//! or it is taken out again), remove one, or leave a joint configuration a lost leader
-//! left behind (`recover`). Each is one call to an agent's API; the agent sends
+//! or it is taken out again), remove one, leave a joint configuration a lost leader
+//! left behind (`recover`), or hand the leadership over (`transfer-leader`). Each is one call to an agent's API; the agent sends
 //! changes to the leader.
 
 use clap::{Args, Subcommand};
@@ -53,6 +53,15 @@ pub enum RaftCmd {
     },
     /// Leave a joint configuration a lost leader left behind (nothing to do otherwise).
     Recover(AgentArgs),
+    /// Hand the leadership to another voter (--to), or to the most caught-up one:
+    /// writes pause for a round trip or two instead of an election.
+    TransferLeader {
+        /// The voter to hand over to.
+        #[arg(long)]
+        to: Option<u64>,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
 }
 
 /// Which agent to ask.
@@ -117,6 +126,14 @@ pub fn run(command: OperatorCmd) -> Result<(), CliError> {
             RaftCmd::RemovePeer { id, agent } => {
                 change(&agent, PeerChange::Remove { id }).await?;
                 println!("server {id} removed");
+                Ok(())
+            }
+            RaftCmd::TransferLeader { to, agent } => {
+                let done = client(&agent)?
+                    .transfer_leader(to)
+                    .await
+                    .map_err(|e| agent_error(&agent.address, &e))?;
+                println!("server {} leads now", done.leader);
                 Ok(())
             }
             RaftCmd::Recover(agent) => {

@@ -181,6 +181,24 @@ pub struct PeerChangeDone {
     pub left_joint: Option<bool>,
 }
 
+/// The body of `POST /v1/operator/raft/transfer-leader`: hand the leadership to voter
+/// `to`, or (without it) to the most caught-up voter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferLeader {
+    /// The voter to hand over to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<u64>,
+}
+
+/// The answer to `POST /v1/operator/raft/transfer-leader`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderTransferred {
+    /// The server that leads now.
+    pub leader: u64,
+}
+
 /// One line of `GET /v1/event/stream`, Nomad's envelope: the events of one committed
 /// write. An idle stream sends `{}` lines as heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

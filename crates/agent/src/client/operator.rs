@@ -1,6 +1,8 @@
 //! The client's operator calls: the leader and peers, the Raft configuration and a
 //! change to it, a snapshot, the agent's self, regions, metrics and health.
 
+use std::time::Duration;
+
 use hyper::{Method, StatusCode};
 
 use super::{Client, ClientError, Indexed, ReadOptions, request_timeout};
@@ -52,6 +54,23 @@ impl Client {
             reason: e.to_string(),
         })?;
         self.post_json("/v1/operator/raft/peer", body, Some(change.answer_within()))
+            .await
+    }
+
+    /// `POST /v1/operator/raft/transfer-leader`: the leader hands over to `to` (or the
+    /// most caught-up voter); answers the new leader.
+    pub async fn transfer_leader(
+        &self,
+        to: Option<u64>,
+    ) -> Result<crate::api::LeaderTransferred, ClientError> {
+        let body = serde_json::to_vec(&crate::api::TransferLeader { to }).map_err(|e| {
+            ClientError::Decode {
+                url: self.base.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let within = schedstate_raft::TRANSFER_DEADLINE + Duration::from_secs(10);
+        self.post_json("/v1/operator/raft/transfer-leader", body, Some(within))
             .await
     }
 

@@ -24,6 +24,7 @@
 //! | `stream.rs` | `GET /v1/event/stream` |
 //! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self` |
 //! | `peers.rs` | `POST /v1/operator/raft/peer`: add, remove, recover |
+//! | `transfer.rs` | `POST /v1/operator/raft/transfer-leader`: hand the leadership over |
 //! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
 //! | `query.rs`, `error.rs` | strict query parameters; error answers |
 //! | `pretty.rs` | `?pretty`: the compact answer re-indented (one JSON serializer per answer type) |
@@ -52,6 +53,7 @@ mod reads;
 mod serve;
 mod stall;
 mod stream;
+mod transfer;
 mod volume_writes;
 mod writes;
 
@@ -190,6 +192,10 @@ pub(crate) fn router(st: AppState) -> Router {
         .route(
             "/v1/operator/raft/peer",
             post(peers::change_peer).put(peers::change_peer),
+        )
+        .route(
+            "/v1/operator/raft/transfer-leader",
+            post(transfer::transfer_leader).put(transfer::transfer_leader),
         )
         .route_layer(consistent())
         .route("/v1/status/peers", get(operator::peers))

@@ -98,19 +98,12 @@ fn head_deadline(
 }
 
 /// Resolves once this server no longer takes `id` for the leader (an election
-/// began, another server won one) or its Raft stopped. Watches openraft's server
-/// metrics, which change only with the vote, the leader or the membership — not
-/// with every entry, as a blocked proxied read would otherwise be woken by.
+/// began, another server won one, this server's election timer ran out without word
+/// from it) or its Raft stopped ([`schedstate_raft::Server::leader_moves_from`]):
+/// woken by the vote, the leader or the membership changing — not by every entry, as
+/// a blocked proxied read would otherwise be.
 async fn leader_moves_from(st: &Service, id: u64) {
-    let mut metrics = st.server.raft().server_metrics();
-    loop {
-        if metrics.borrow_and_update().current_leader != Some(id) {
-            return;
-        }
-        if metrics.changed().await.is_err() {
-            return;
-        }
-    }
+    st.server.leader_moves_from(id).await;
 }
 
 /// Sends `req` to the leader (`leader` at `addr`) and relays its answer; gives up
@@ -166,9 +159,12 @@ pub(super) async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -
         head_deadline(st, &parts.method, &parts.uri, deadline),
         deadline,
     );
+    // A leadership transfer moves the leadership by design: its answer (bounded by
+    // the transfer's own deadline) is awaited, not abandoned when the move is seen.
+    let moves_leader = parts.uri.path() == "/v1/operator/raft/transfer-leader";
     let answer = tokio::select! {
         answer = call => answer,
-        () = leader_moves_from(st, leader) => {
+        () = leader_moves_from(st, leader), if !moves_leader => {
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",

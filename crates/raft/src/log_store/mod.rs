@@ -199,6 +199,16 @@ impl LogStore {
         }
     }
 
+    /// The id of the last entry appended (or purged, when none is held): what a
+    /// candidate's log is compared by ([`crate::pre_vote`]).
+    pub(crate) fn last_log_id(&self) -> Option<LogId<NodeId>> {
+        let log = self.shared.log.lock();
+        log.entries
+            .back()
+            .map(|e| e.log_id)
+            .or_else(|| log.meta.last_purged())
+    }
+
     /// The sequence numbers of the segments on disk.
     pub fn segment_seqs(&self) -> Vec<u64> {
         self.shared.log.lock().segments.keys().copied().collect()

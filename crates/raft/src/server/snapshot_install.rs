@@ -2,9 +2,6 @@
 //! in a scratch store off the runtime, then installed through openraft with this
 //! server's elections held off until the leader has reached it again.
 
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
 use openraft::{Snapshot, Vote};
@@ -77,44 +74,23 @@ impl Server {
 }
 
 /// Keeps a server from standing for election while a received snapshot installs;
-/// dropped, lets it stand again an election timeout later, unless a later hold was
-/// taken meanwhile (whose release then decides).
+/// dropped, lets its election timer start again from then (a full lease plus an
+/// election timeout before it may ask to stand, by when the leader has reached it).
 struct ElectionHold {
     server: Server,
-    number: u64,
 }
 
 impl ElectionHold {
     fn take(server: &Server) -> ElectionHold {
-        let number = server.inner.election_holds.fetch_add(1, Ordering::AcqRel) + 1;
-        server.inner.raft.runtime_config().elect(false);
+        server.inner.elections.hold();
         ElectionHold {
             server: server.clone(),
-            number,
         }
     }
 }
 
 impl Drop for ElectionHold {
     fn drop(&mut self) {
-        let server = self.server.clone();
-        let number = self.number;
-        let release = move || {
-            if server.inner.election_holds.load(Ordering::Acquire) == number {
-                server.inner.raft.runtime_config().elect(true);
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let after =
-                    Duration::from_millis(self.server.inner.raft.config().election_timeout_max);
-                runtime.spawn(async move {
-                    tokio::time::sleep(after).await;
-                    release();
-                });
-            }
-            // No runtime left to wait on (shutting down): at once.
-            Err(_) => release(),
-        }
+        self.server.inner.elections.release();
     }
 }

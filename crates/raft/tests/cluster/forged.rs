@@ -387,6 +387,21 @@ fn write_raft_rpc_fuzz_seeds() {
                 None,
             ),
         ),
+        (
+            "pre-vote",
+            RpcRequest::PreVote(schedstate_raft::pre_vote::PreVoteRequest {
+                candidate: 3,
+                term: 6,
+                last_log_id: Some(prev),
+            }),
+        ),
+        (
+            "timeout-now",
+            RpcRequest::TimeoutNow(schedstate_raft::transfer::TimeoutNowRequest {
+                from: leader,
+                term: 6,
+            }),
+        ),
     ];
     for (name, request) in requests {
         let body = request.encode().unwrap();

@@ -9,10 +9,12 @@ mod golden;
 mod inspect;
 mod log_files;
 mod membership;
+mod pre_vote;
 mod read_index;
 mod snapshot_cadence;
 mod support;
 mod tcp;
+mod transfer;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

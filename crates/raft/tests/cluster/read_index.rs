@@ -190,6 +190,24 @@ impl Network for OlderServers {
         self.0.forward(target, addr, command, key).await
     }
 
+    async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: schedstate_raft::pre_vote::PreVoteRequest,
+    ) -> Result<schedstate_raft::pre_vote::PreVoteAnswer, RpcFailure> {
+        self.0.pre_vote(target, addr, request).await
+    }
+
+    async fn timeout_now(
+        &self,
+        target: NodeId,
+        addr: &str,
+        request: schedstate_raft::transfer::TimeoutNowRequest,
+    ) -> Result<schedstate_raft::transfer::TimeoutNowAnswer, RpcFailure> {
+        self.0.timeout_now(target, addr, request).await
+    }
+
     async fn read_index(
         &self,
         target: NodeId,
