@@ -169,7 +169,10 @@ fn demo_then_status_commands_match_the_store() {
             vol
         })
         .collect();
-    assert_eq!(serde_json::from_str::<Vec<CsiVolume>>(&json).unwrap(), shown);
+    assert_eq!(
+        serde_json::from_str::<Vec<CsiVolume>>(&json).unwrap(),
+        shown
+    );
     let default_ns = rows(&ok(&[
         "volume",
         "status",
