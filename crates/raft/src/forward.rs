@@ -129,7 +129,7 @@ pub(crate) async fn leader_moves_from(server: &Server, id: NodeId) {
 impl Server {
     /// Resolves once this server no longer takes `id` for the leader: an election
     /// began, another server won one, its election timer ran out without word from
-    /// `id` ([`crate::elections`]), or its Raft stopped. Wakes only on those, not on
+    /// `id` (`elections.rs`), or its Raft stopped. Wakes only on those, not on
     /// every entry.
     pub async fn leader_moves_from(&self, id: NodeId) {
         leader_moves_from(self, id).await;

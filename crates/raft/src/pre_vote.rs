@@ -10,7 +10,7 @@
 //! leader within the leader's lease (openraft's own: the maximum election timeout),
 //! and no when the candidate's log is behind its own. A server that cannot reach a
 //! majority therefore never raises its term, and a healthy leader is never deposed
-//! by one that comes back. The timer that asks is [`crate::elections`]; openraft's own
+//! by one that comes back. The timer that asks is `elections.rs`; openraft's own
 //! election timer is switched off.
 //!
 //! The RPC is [`RpcRequest::PreVote`](crate::wire::RpcRequest::PreVote), over the

@@ -406,7 +406,7 @@ impl Server {
         crate::forward::propose_or_forward(self, command, key).await
     }
 
-    /// Its election timing ([`crate::elections`]).
+    /// Its election timing (`elections.rs`).
     pub(crate) fn elections(&self) -> &Elections {
         &self.inner.elections
     }
@@ -428,7 +428,7 @@ impl Server {
 
     /// The current leader as this server knows it, with its address. `None` also
     /// once this server's election timer ran out without word from that leader
-    /// ([`crate::elections`]).
+    /// (`elections.rs`).
     pub async fn leader_node(&self) -> Option<(NodeId, String)> {
         if self.inner.elections.leader_lost() {
             return None;
