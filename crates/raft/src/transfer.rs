@@ -50,6 +50,10 @@ pub enum TimeoutNowAnswer {
     Refused(String),
 }
 
+/// How long a leader waits before it asks again to step down, while its own vote is
+/// within openraft's leader lease.
+const STEP_DOWN_RETRY: Duration = Duration::from_millis(25);
+
 impl Server {
     /// Hands the leadership to voter `to`, or to the most caught-up voter, and returns
     /// the new leader's id once it leads (as this server sees it). Leader only.
@@ -64,16 +68,24 @@ impl Server {
         let _hold = self.batcher().hold().await;
         let target = self.transfer_target(to)?;
         let (term, last) = self.wait_target_caught_up(target, until).await?;
-        let granted = self
-            .raft()
-            .vote(VoteRequest::new(Vote::new(term + 1, target), last))
-            .await
-            .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
-        if !granted.vote_granted {
-            return Err(ClusterError::Unavailable(format!(
-                "could not step down for server {target}: {}",
-                granted.vote
-            )));
+        // openraft refuses any vote while its vote is fresher than the leader lease
+        // (a leader elected a moment ago refuses its own): ask again until it passes.
+        loop {
+            let granted = self
+                .raft()
+                .vote(VoteRequest::new(Vote::new(term + 1, target), last))
+                .await
+                .map_err(|e| ClusterError::Unavailable(e.to_string()))?;
+            if granted.vote_granted {
+                break;
+            }
+            if Instant::now() + STEP_DOWN_RETRY >= until {
+                return Err(ClusterError::Unavailable(format!(
+                    "could not step down for server {target}: {}",
+                    granted.vote
+                )));
+            }
+            tokio::time::sleep(STEP_DOWN_RETRY).await;
         }
         let addr = self.members().0.get(&target).cloned().unwrap_or_default();
         let request = TimeoutNowRequest {
