@@ -1,16 +1,20 @@
 //! Large answers held for slow readers, budgeted: an answer of [`METERED_FROM`] bytes
-//! or more holds its size against the agent's budget of unsent answer bytes and the
-//! client's share of it (its address, an IPv6 /64) until the last byte is handed to
-//! the connection; over either, the request is answered 429 `TooManyRequests`
-//! instead, and the answer built for it is dropped at once. A list is not even built
-//! for a client (or when all clients together are) at the budget already
-//! (`Gates::answer_room`, asked before each scan).
+//! or more that is made whole (a point read — a plugin with thousands of
+//! allocations —, a list that ends within its first piece) holds its size against
+//! the agent's budget of unsent answer bytes and the client's share of it (its
+//! address, an IPv6 /64) until the last byte is handed to the connection; over
+//! either, the request is answered 429 `TooManyRequests` instead, and the answer
+//! built for it is dropped at once. A list is not even begun for a client (or when
+//! all clients together are) at the budget already (`Gates::answer_room`, asked
+//! before each scan).
 //!
-//! Without it, 90 connections asking for a 7.2 MB list and never reading held
-//! 590 MiB (issue 48). The body is handed out in pieces of [`PIECE_BYTES`] as the
-//! connection takes them, so the connection's own buffers hold one piece; the rest
-//! waits here, counted, until the client reads it or the write timeout
-//! (`stall.rs`) ends the connection. Streams (the event stream, snapshot
+//! A long list is not made whole at all: it is written as its reader takes it
+//! (`list_body.rs`), a piece at a time, and has no size up front, so it is not
+//! counted here. Before that, 90 connections asking for a 7.2 MB list and never
+//! reading held 590 MiB (issue 48). The body is handed out in pieces of
+//! [`PIECE_BYTES`] as the connection takes them, so the connection's own buffers hold
+//! one piece; the rest waits here, counted, until the client reads it or the write
+//! timeout (`stall.rs`) ends the connection. Streams (the event stream, snapshot
 //! downloads) have no size up front and budgets of their own.
 
 use std::pin::Pin;

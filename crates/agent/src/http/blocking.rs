@@ -13,6 +13,10 @@
 //!   budget the list checks as it goes (422 `BudgetExceeded` past it). An unfiltered
 //!   list of a small table ([`INLINE_LIST_ROWS`]) is read inline instead.
 //!
+//! A list's round keeps only the rows of its page (shared pointers) and answers by
+//! writing them as the reader takes them (`list_body.rs`): a slow reader of a long
+//! list holds a piece of it, not all of it.
+//!
 //! Between rounds nothing of the read is held but its watch set: an answer that does
 //! not end the query is dropped at once. A connection that offers to park the wait
 //! (`park.rs`) gets a [`Parked`] mark instead of a waiting future.
@@ -23,15 +27,16 @@ use std::time::Instant;
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use schedstate::state::{StateView, Table};
+use schedstate::state::{StateSnapshot, StateView, Table};
 use schedstate::{QueryOptions, WatchSet};
 use serde::Serialize;
 
 use super::answers::METERED_FROM;
 use super::error::ApiError;
+use super::list_body::Listed;
 use super::park::{Parked, ParkedWait, Place};
 use super::query::Params;
-use super::{AppState, json};
+use super::{AppState, json_body};
 use crate::api::NOMAD_NEXT_TOKEN_HEADER;
 use crate::service::{Budget, ClientKeys, ScanRefused, Service};
 
@@ -41,22 +46,27 @@ pub(super) type Found<T> = (u64, Option<T>, Option<String>);
 
 /// A point read as a blocking query with the request's `index` and `wait`; `None`
 /// from `read` is a 404 of `missing`.
-pub(super) async fn blocking<T: Serialize>(
+pub(super) async fn blocking<T: Serialize + Send>(
     st: &AppState,
     p: &Params,
     missing: impl Fn() -> ApiError + Sync,
     mut read: impl FnMut(StateView<'_>) -> Found<T> + Send,
 ) -> Response {
-    run(st, p, Cost::Point, missing, |v, _| Ok(read(v))).await
+    run(st, p, Cost::Point, missing, |v, _| {
+        let (index, value, next) = read(v);
+        Ok((index, value.map(Whole), next))
+    })
+    .await
 }
 
 /// A list as a blocking query, each round a scan (see the module's doc); `read`
-/// checks its budget as it goes (`Listing::cut` does).
-pub(super) async fn scan<T: Serialize>(
+/// checks its budget as it goes (`Listing::cut` does) and answers the rows of its
+/// page, which are written as the reader takes them (`list_body.rs`).
+pub(super) async fn scan(
     st: &AppState,
     p: &Params,
     table: Table,
-    read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<T>, ApiError> + Send,
+    read: impl FnMut(StateView<'_>, &Budget) -> Result<Found<Listed>, ApiError> + Send,
 ) -> Response {
     let cost = Cost::List {
         table,
@@ -95,6 +105,36 @@ impl Cost {
     }
 }
 
+/// A value an answer is made of.
+trait Reply: Send {
+    /// The answer with this value (status 200; the index headers are added after).
+    fn into_response(self, at: &ReplyAt<'_>) -> Response;
+}
+
+/// What a reply may need of its round.
+struct ReplyAt<'a> {
+    st: &'a AppState,
+    client: &'a ClientKeys,
+    /// The snapshot the round read.
+    snapshot: &'a StateSnapshot,
+    pretty: bool,
+}
+
+/// A value answered whole: one JSON document.
+struct Whole<T>(T);
+
+impl<T: Serialize + Send> Reply for Whole<T> {
+    fn into_response(self, at: &ReplyAt<'_>) -> Response {
+        json_body(StatusCode::OK, &self.0, at.pretty)
+    }
+}
+
+impl Reply for Listed {
+    fn into_response(self, at: &ReplyAt<'_>) -> Response {
+        Listed::into_response(self, at.st, at.client, at.snapshot, at.pretty)
+    }
+}
+
 /// What one round came to.
 enum Round {
     /// The answer (or an error) to send.
@@ -103,7 +143,7 @@ enum Round {
     Wait,
 }
 
-async fn run<T: Serialize>(
+async fn run<T: Reply>(
     st: &AppState,
     p: &Params,
     cost: Cost,
@@ -139,6 +179,7 @@ async fn run<T: Serialize>(
             round(
                 st,
                 p,
+                &client,
                 &opts,
                 RoundEnd {
                     deadline,
@@ -202,9 +243,10 @@ struct RoundEnd {
 /// One round: read with `watch`, and answer when the read passed the index asked
 /// for (or it is the last round); the value is dropped otherwise.
 #[allow(clippy::too_many_arguments)]
-fn round<T: Serialize>(
+fn round<T: Reply>(
     st: &AppState,
     p: &Params,
+    client: &ClientKeys,
     opts: &QueryOptions,
     end: RoundEnd,
     watch: &WatchSet,
@@ -219,19 +261,24 @@ fn round<T: Serialize>(
         Err(e) => return Round::Answer(e.into_response()),
     };
     let index = at_least_one(&snapshot.view(), index);
-    drop(snapshot);
     let last = end.last || Instant::now() >= end.deadline || *st.stopping.borrow();
     if opts.is_answered_by(index) || last {
-        return Round::Answer(answer(st, p, index, value, next, missing));
+        let at = ReplyAt {
+            st,
+            client,
+            snapshot: &snapshot,
+            pretty: p.pretty,
+        };
+        return Round::Answer(answer(st, &at, index, value, next, missing));
     }
     Round::Wait
 }
 
 /// The answer to a read: the value as JSON with its index, or `missing` (a 404)
 /// with the index of the absence.
-fn answer<T: Serialize>(
+fn answer<T: Reply>(
     st: &Service,
-    p: &Params,
+    at: &ReplyAt<'_>,
     index: u64,
     value: Option<T>,
     next_token: Option<String>,
@@ -239,7 +286,8 @@ fn answer<T: Serialize>(
 ) -> Response {
     match value {
         Some(value) => {
-            let mut resp = json(st, StatusCode::OK, index, &value, p.pretty);
+            let mut resp = value.into_response(at);
+            super::with_index(st, &mut resp, index);
             if let Some(token) = next_token.and_then(|t| HeaderValue::from_str(&t).ok()) {
                 resp.headers_mut().insert(NOMAD_NEXT_TOKEN_HEADER, token);
             }

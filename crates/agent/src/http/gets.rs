@@ -243,29 +243,82 @@ async fn client_gone<IO: AsyncRead + Unpin>(io: &mut IO, carry: &mut Vec<u8>) {
 /// Writes `resp` as HTTP/1.1 with its length and the date, as hyper would. A large
 /// answer of known size is written piece by piece as the body gives them
 /// (`answers.rs` hands a metered answer out in pieces and holds its budget until the
-/// last one is written); any other is collected first.
+/// last one is written). A body of unknown size (a long list made as it is read,
+/// `list_body.rs`; a gzipped answer) is gathered up to [`GATHER_BYTES`]: one that
+/// ends by then is sent with its length, a longer one chunked as the body gives it.
 async fn write_response<IO: AsyncWrite + Unpin>(io: &mut IO, resp: Response) -> io::Result<()> {
     use http_body_util::BodyExt;
-    let (parts, body) = resp.into_parts();
+    let (parts, mut body) = resp.into_parts();
     let exact = http_body::Body::size_hint(&body)
         .exact()
         .and_then(|n| usize::try_from(n).ok());
-    let streamed = exact.filter(|n| *n > ONE_WRITE_BYTES);
-    let (whole, mut pieces) = match streamed {
-        Some(_) => (None, Some(body)),
-        None => (
-            Some(
-                axum::body::to_bytes(body, usize::MAX)
-                    .await
-                    .map_err(io::Error::other)?,
-            ),
-            None,
-        ),
-    };
-    let len = whole
-        .as_ref()
-        .map_or_else(|| streamed.unwrap_or(0), |b| b.len());
-    let mut out = Vec::with_capacity(512 + if len <= ONE_WRITE_BYTES { len } else { 0 });
+    if let Some(len) = exact.filter(|n| *n > ONE_WRITE_BYTES) {
+        io.write_all(&head(&parts, Framing::Length(len))).await?;
+        let mut sent = 0usize;
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame.map_err(io::Error::other)?.into_data() {
+                sent += data.len();
+                if sent > len {
+                    return Err(io::Error::other("the answer is longer than it said"));
+                }
+                io.write_all(&data).await?;
+            }
+        }
+        if sent != len {
+            // The connection cannot carry on: its next answer would be misread.
+            return Err(io::Error::other("the answer is shorter than it said"));
+        }
+        return io.flush().await;
+    }
+    let mut gathered = Vec::new();
+    let mut ended = true;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(io::Error::other)?.into_data() {
+            gathered.extend_from_slice(&data);
+            if gathered.len() > GATHER_BYTES {
+                ended = false;
+                break;
+            }
+        }
+    }
+    if ended {
+        let mut out = head(&parts, Framing::Length(gathered.len()));
+        if gathered.len() <= ONE_WRITE_BYTES {
+            out.extend_from_slice(&gathered);
+            io.write_all(&out).await?;
+        } else {
+            io.write_all(&out).await?;
+            io.write_all(&gathered).await?;
+        }
+        return io.flush().await;
+    }
+    io.write_all(&head(&parts, Framing::Chunked)).await?;
+    write_chunk(io, &gathered).await?;
+    drop(gathered);
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.map_err(io::Error::other)?.into_data()
+            && !data.is_empty()
+        {
+            write_chunk(io, &data).await?;
+        }
+    }
+    io.write_all(b"0\r\n\r\n").await?;
+    io.flush().await
+}
+
+/// What a body of unknown size is gathered up to before it is sent chunked.
+const GATHER_BYTES: usize = 64 << 10;
+
+/// How an answer's end is told.
+enum Framing {
+    Length(usize),
+    Chunked,
+}
+
+/// The head of an answer: status, its headers (less the framing ones, which are
+/// ours), the framing and the date.
+fn head(parts: &axum::http::response::Parts, framing: Framing) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
     let reason = parts.status.canonical_reason().unwrap_or("");
     out.extend_from_slice(format!("HTTP/1.1 {} {reason}\r\n", parts.status.as_u16()).as_bytes());
     for (name, value) in &parts.headers {
@@ -283,41 +336,23 @@ async fn write_response<IO: AsyncWrite + Unpin>(io: &mut IO, resp: Response) -> 
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    let date = httpdate::fmt_http_date(SystemTime::now());
-    out.extend_from_slice(format!("content-length: {len}\r\ndate: {date}\r\n\r\n").as_bytes());
-    match whole {
-        Some(body) if body.len() <= ONE_WRITE_BYTES => {
-            out.extend_from_slice(&body);
-            io.write_all(&out).await?;
+    match framing {
+        Framing::Length(len) => {
+            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes())
         }
-        Some(body) => {
-            io.write_all(&out).await?;
-            io.write_all(&body).await?;
-        }
-        None => {
-            io.write_all(&out).await?;
-            drop(out);
-            let mut sent = 0usize;
-            while let Some(frame) = match pieces.as_mut() {
-                Some(b) => b.frame().await,
-                None => None,
-            } {
-                let frame = frame.map_err(io::Error::other)?;
-                if let Ok(data) = frame.into_data() {
-                    sent += data.len();
-                    if sent > len {
-                        return Err(io::Error::other("the answer is longer than it said"));
-                    }
-                    io.write_all(&data).await?;
-                }
-            }
-            if sent != len {
-                // The connection cannot carry on: its next answer would be misread.
-                return Err(io::Error::other("the answer is shorter than it said"));
-            }
-        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
-    io.flush().await
+    let date = httpdate::fmt_http_date(SystemTime::now());
+    out.extend_from_slice(format!("date: {date}\r\n\r\n").as_bytes());
+    out
+}
+
+/// One chunk of a chunked answer.
+async fn write_chunk<IO: AsyncWrite + Unpin>(io: &mut IO, data: &[u8]) -> io::Result<()> {
+    io.write_all(format!("{:x}\r\n", data.len()).as_bytes())
+        .await?;
+    io.write_all(data).await?;
+    io.write_all(b"\r\n").await
 }
 
 /// A connection handed to hyper with the bytes already read from it, which hyper

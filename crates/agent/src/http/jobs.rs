@@ -18,17 +18,20 @@
 //! Nomad's `JobRegisterResponse` / `JobDeregisterResponse` without an evaluation (the
 //! store schedules nothing): `EvalID` is empty.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use schedstate::model::Job;
-use schedstate::state::{Command, Table};
+use schedstate::state::{Command, StateView, Table};
 use serde::Deserialize;
 
 use super::body::ClientBody;
 use super::body::read_write_json;
 use super::error::ApiError;
 use super::idempotency::IdempotencyKey;
+use super::list_body::Listed;
 use super::listing::Listing;
 use super::namespaces::{body_namespace, one_namespace};
 use super::query::{Checked, Params};
@@ -51,6 +54,13 @@ pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Res
         Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
+    let show = move |_: &StateView<'_>, j: &Arc<Job>| {
+        if full {
+            Item::Full(NomadJob::from(&**j))
+        } else {
+            Item::Stub(NomadJobListStub::from(&**j))
+        }
+    };
     scan(&st, &p, Table::Jobs, |v, budget| {
         let jobs: Box<dyn Iterator<Item = _>> = match &namespace {
             Some(ns) => Box::new(v.jobs_in_namespace(ns)),
@@ -58,18 +68,12 @@ pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Res
         };
         let page = list.cut(
             budget,
-            jobs.map(|j| {
-                let item = if full {
-                    Item::Full(NomadJob::from(&*j))
-                } else {
-                    Item::Stub(NomadJobListStub::from(&*j))
-                };
-                (j.id.to_string(), format!("{}/{}", j.namespace, j.id), item)
-            }),
+            jobs.map(|j| (j.id.to_string(), format!("{}/{}", j.namespace, j.id), j)),
+            |j| show(&v, j),
         )?;
         Ok((
             v.table_index(Table::Jobs),
-            Some(page.items),
+            Some(Listed::new(page.items, show)),
             page.next_token,
         ))
     })

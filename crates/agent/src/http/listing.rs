@@ -55,21 +55,25 @@ impl Listing {
         })
     }
 
-    /// Cuts `items` — `(id, key, item)` in key order — as asked: `id` is what
-    /// `prefix` matches, `key` the item's position for pagination (the id, or
-    /// `namespace/id`). Checks `budget` every [`BUDGET_EVERY`] items; in key order
+    /// Cuts `items` — `(id, key, row)` in key order — as asked: `id` is what
+    /// `prefix` matches, `key` the row's position for pagination (the id, or
+    /// `namespace/id`); the filter sees each row as `shown` makes it (the item the
+    /// answer shows). Checks `budget` every [`BUDGET_EVERY`] items; in key order
     /// with `per_page`, stops once the page and the next page's first item are
-    /// found, so a page costs what it skips and holds, not the whole table.
+    /// found, so a page costs what it skips and holds, not the whole table. The page
+    /// holds the rows themselves (shared, a pointer each): the answer's items are
+    /// made from them as it is written (`list_body.rs`).
     ///
     /// # Errors
     /// 422 `BudgetExceeded` when the budget is spent before the list is cut.
-    pub(crate) fn cut<T: Serialize>(
+    pub(crate) fn cut<R, T: Serialize>(
         &self,
         budget: &Budget,
-        items: impl Iterator<Item = (String, String, T)>,
-    ) -> Result<Page<T>, ApiError> {
+        items: impl Iterator<Item = (String, String, R)>,
+        shown: impl Fn(&R) -> T,
+    ) -> Result<Page<R>, ApiError> {
         let forward_page = if self.reverse { None } else { self.per_page };
-        let mut kept: Vec<(String, T)> = Vec::new();
+        let mut kept: Vec<(String, R)> = Vec::new();
         for (seen, (id, key, item)) in items.enumerate() {
             if seen % BUDGET_EVERY == BUDGET_EVERY - 1 && budget.spent() {
                 return Err(over_budget(budget, seen + 1));
@@ -84,7 +88,7 @@ impl Listing {
                 continue;
             }
             if let Some(f) = &self.filter
-                && !serde_json::to_value(&item).is_ok_and(|v| f.matches(&v))
+                && !serde_json::to_value(shown(&item)).is_ok_and(|v| f.matches(&v))
             {
                 continue;
             }

@@ -8,6 +8,7 @@
 //! | `stall.rs` | the write timeout: a connection whose client reads nothing is ended |
 //! | `gets.rs`, `park.rs` | plain GETs served without hyper; a blocking read's wait parked on its connection |
 //! | `answers.rs` | large answers: their unsent bytes budgeted per client, handed out in pieces |
+//! | `list_body.rs` | a list's answer written as its reader takes it, a piece at a time |
 //! | `auth.rs` | layers: a stopped Raft and browsers from other sites (every API route); the ACL token and its scope (per group of routes) |
 //! | `acl.rs` | `/v1/acl/…`: bootstrap, tokens, the caller's own token |
 //! | `consistency.rs` | in front of the reads: the leader's confirmation, a follower's read index (the read then runs on the follower), or the proxy |
@@ -39,6 +40,7 @@ mod error;
 mod gets;
 mod idempotency;
 mod jobs;
+mod list_body;
 mod listing;
 mod namespaces;
 mod node_writes;
@@ -93,9 +95,20 @@ pub(crate) fn json<T: Serialize + ?Sized>(
     value: &T,
     pretty: bool,
 ) -> Response {
+    let mut resp = json_body(status, value, pretty);
+    with_index(st, &mut resp, index);
+    resp
+}
+
+/// A JSON answer without the index headers.
+pub(crate) fn json_body<T: Serialize + ?Sized>(
+    status: StatusCode,
+    value: &T,
+    pretty: bool,
+) -> Response {
     // One serializer for every answer: `?pretty` re-indents the compact bytes.
     let body = serde_json::to_vec(value);
-    let mut resp = match body {
+    match body {
         Ok(mut b) => {
             if pretty {
                 b = pretty::reindent(&b);
@@ -109,9 +122,7 @@ pub(crate) fn json<T: Serialize + ?Sized>(
             format!("encoding the answer: {e}"),
         )
         .into_response(),
-    };
-    with_index(st, &mut resp, index);
-    resp
+    }
 }
 
 /// Adds the index (`X-Schedstate-Index`, `X-Nomad-Index`), the known-leader headers

@@ -10,7 +10,15 @@
 /// `compact` (serde_json's compact output) re-indented as serde_json's pretty output.
 pub(crate) fn reindent(compact: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(compact.len() + compact.len() / 2);
-    let mut depth = 0usize;
+    reindent_into(compact, 0, &mut out);
+    out
+}
+
+/// `compact` re-indented onto the end of `out` as a value nested `depth` levels deep
+/// (an item of a pretty array is at depth 1: `list_body.rs` writes a long list's
+/// items one at a time).
+pub(crate) fn reindent_into(compact: &[u8], mut depth: usize, out: &mut Vec<u8>) {
+    out.reserve(compact.len() + compact.len() / 2);
     let mut i = 0;
     while i < compact.len() {
         let b = compact[i];
@@ -37,24 +45,23 @@ pub(crate) fn reindent(compact: &[u8]) -> Vec<u8> {
                     i += 1;
                 } else {
                     depth += 1;
-                    newline(&mut out, depth);
+                    newline(out, depth);
                 }
             }
             b'}' | b']' => {
                 depth = depth.saturating_sub(1);
-                newline(&mut out, depth);
+                newline(out, depth);
                 out.push(b);
             }
             b',' => {
                 out.push(b',');
-                newline(&mut out, depth);
+                newline(out, depth);
             }
             b':' => out.extend_from_slice(b": "),
             _ => out.push(b),
         }
         i += 1;
     }
-    out
 }
 
 fn newline(out: &mut Vec<u8>, depth: usize) {

@@ -15,13 +15,14 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use schedstate::model::CsiVolume;
-use schedstate::state::Table;
+use schedstate::model::{Allocation, CsiPlugin, CsiVolume, Node};
+use schedstate::state::{StateView, Table};
 use serde::Serialize;
 
 use super::AppState;
 pub(super) use super::blocking::{absent, blocking, index_of, scan};
 use super::error::ApiError;
+use super::list_body::Listed;
 use super::listing::Listing;
 use super::query::{Checked, Params};
 use crate::api::nomad::{
@@ -55,21 +56,22 @@ pub(crate) async fn nodes(State(st): State<AppState>, Checked(p): Checked) -> Re
         Err(e) => return e.into_response(),
     };
     let full = p.full;
+    let show = move |_: &StateView<'_>, n: &Arc<Node>| {
+        if full {
+            Item::Full(NomadNode::from(&**n))
+        } else {
+            Item::Stub(NomadNodeListStub::from(&**n))
+        }
+    };
     scan(&st, &p, Table::Nodes, |v, budget| {
         let page = list.cut(
             budget,
-            v.nodes().map(|n| {
-                let item = if full {
-                    Item::Full(NomadNode::from(&*n))
-                } else {
-                    Item::Stub(NomadNodeListStub::from(&*n))
-                };
-                (n.id.to_string(), n.id.to_string(), item)
-            }),
+            v.nodes().map(|n| (n.id.to_string(), n.id.to_string(), n)),
+            |n| show(&v, n),
         )?;
         Ok((
             v.table_index(Table::Nodes),
-            Some(page.items),
+            Some(Listed::new(page.items, show)),
             page.next_token,
         ))
     })
@@ -129,23 +131,24 @@ pub(crate) async fn allocations(State(st): State<AppState>, Checked(p): Checked)
         Err(e) => return e.into_response(),
     };
     let (full, namespace) = (p.full, namespace_of(&p));
+    let show = move |_: &StateView<'_>, a: &Arc<Allocation>| {
+        if full {
+            Item::Full(NomadAllocation::from(&**a))
+        } else {
+            Item::Stub(NomadAllocListStub::from(&**a))
+        }
+    };
     scan(&st, &p, Table::Allocs, |v, budget| {
         let page = list.cut(
             budget,
             v.allocs()
                 .filter(|a| namespace.as_deref().is_none_or(|ns| *a.namespace == *ns))
-                .map(|a| {
-                    let item = if full {
-                        Item::Full(NomadAllocation::from(&*a))
-                    } else {
-                        Item::Stub(NomadAllocListStub::from(&*a))
-                    };
-                    (a.id.to_string(), a.id.to_string(), item)
-                }),
+                .map(|a| (a.id.to_string(), a.id.to_string(), a)),
+            |a| show(&v, a),
         )?;
         Ok((
             v.table_index(Table::Allocs),
-            Some(page.items),
+            Some(Listed::new(page.items, show)),
             page.next_token,
         ))
     })
@@ -175,21 +178,23 @@ pub(crate) async fn plugins(State(st): State<AppState>, Checked(p): Checked) -> 
         Err(e) => return e.into_response(),
     };
     let full = p.full;
+    let show = move |_: &StateView<'_>, plugin: &Arc<CsiPlugin>| {
+        if full {
+            Item::Full(NomadCsiPlugin::from(&**plugin))
+        } else {
+            Item::Stub(NomadCsiPluginListStub::from(&**plugin))
+        }
+    };
     scan(&st, &p, Table::CsiPlugins, |v, budget| {
         let page = list.cut(
             budget,
-            v.csi_plugins().map(|plugin| {
-                let item = if full {
-                    Item::Full(NomadCsiPlugin::from(&*plugin))
-                } else {
-                    Item::Stub(NomadCsiPluginListStub::from(&*plugin))
-                };
-                (plugin.id.to_string(), plugin.id.to_string(), item)
-            }),
+            v.csi_plugins()
+                .map(|plugin| (plugin.id.to_string(), plugin.id.to_string(), plugin)),
+            |plugin| show(&v, plugin),
         )?;
         Ok((
             v.table_index(Table::CsiPlugins),
-            Some(page.items),
+            Some(Listed::new(page.items, show)),
             page.next_token,
         ))
     })
@@ -223,6 +228,20 @@ pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> 
     };
     let prefix = p.prefix.clone().unwrap_or_default();
     let (full, namespace) = (p.full, namespace_of(&p));
+    // A volume is shown with its plugin and claiming allocations, from the snapshot
+    // the list read.
+    let show = move |v: &StateView<'_>, vol: &Arc<CsiVolume>| {
+        let mut d = v.denormalize_csi_volume(vol);
+        redact(&mut d);
+        if full {
+            Item::Full(
+                NomadCsiVolume::from(&d)
+                    .with_allocations(&d, |a| v.alloc(a).map(|a| NomadAllocListStub::from(&*a))),
+            )
+        } else {
+            Item::Stub(NomadCsiVolumeListStub::from(&d))
+        }
+    };
     scan(&st, &p, Table::CsiVolumes, |v, budget| {
         let stored: Vec<Arc<CsiVolume>> = match &namespace {
             Some(ns) => v.csi_volumes_by_prefix(ns, &prefix).collect(),
@@ -235,26 +254,18 @@ pub(crate) async fn volumes(State(st): State<AppState>, Checked(p): Checked) -> 
         };
         let page = list.cut(
             budget,
-            stored.iter().map(|vol| {
-                let mut d = v.denormalize_csi_volume(vol);
-                redact(&mut d);
-                let item = if full {
-                    Item::Full(NomadCsiVolume::from(&d).with_allocations(&d, |a| {
-                        v.alloc(a).map(|a| NomadAllocListStub::from(&*a))
-                    }))
-                } else {
-                    Item::Stub(NomadCsiVolumeListStub::from(&d))
-                };
+            stored.into_iter().map(|vol| {
                 (
                     vol.id.to_string(),
                     format!("{}/{}", vol.namespace, vol.id),
-                    item,
+                    vol,
                 )
             }),
+            |vol| show(&v, vol),
         )?;
         Ok((
             index_of(&v, &[Table::CsiVolumes, Table::CsiPlugins, Table::Allocs]),
-            Some(page.items),
+            Some(Listed::new(page.items, show)),
             page.next_token,
         ))
     })

@@ -147,6 +147,26 @@ impl Scans {
         let budget = Budget::new(self.budget);
         Ok(off_the_workers(|| scan(&budget)))
     }
+
+    /// Runs `work` for `client` on a scan thread, in the client's lanes like
+    /// [`run`](Self::run) but however long its turn takes and whatever else the client
+    /// has waiting: for the next piece of an answer already begun (a long list made as
+    /// its reader takes it), which must not be refused halfway. A client reading many
+    /// long lists at once waits behind itself.
+    pub(crate) async fn run_in_lane<R: Send>(
+        &self,
+        client: &ClientKeys,
+        work: impl FnOnce() -> R + Send,
+    ) -> R {
+        let _by_address = Lanes::enter(&self.lanes, &client.address).await;
+        let _by_token = match &client.token {
+            Some(t) => Some(Lanes::enter(&self.lanes, t).await),
+            None => None,
+        };
+        // The semaphore is never closed: a permit always comes.
+        let _thread = self.threads.acquire().await;
+        off_the_workers(work)
+    }
 }
 
 /// Each client's lane: a semaphore as wide as a client's share of the threads' queue,

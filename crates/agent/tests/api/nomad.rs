@@ -168,3 +168,116 @@ async fn answers_are_gzipped_for_clients_that_ask_but_streams_are_not() {
     drop(stream);
     agents.shutdown().await;
 }
+
+/// A long list is written as its reader takes it (chunked, `list_body.rs`): byte for
+/// byte the answer made whole, through the agent's own GET path, through hyper
+/// (`Connection: close` sends a connection there), gzipped, and paged; a short one
+/// still leaves with its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_lists_stream_whole_through_every_path() {
+    use std::io::{Read, Write};
+    let agents = Agents::start(1, None).await;
+    let c = agents.client(0);
+    for batch in 0..6 {
+        let nodes = (0..200)
+            .map(|i| crate::support::node(&format!("node-{:04}", batch * 200 + i), "ebs"))
+            .collect();
+        c.apply(&Command::UpsertNodes { nodes }).await.unwrap();
+    }
+    let http = crate::support::http();
+    let path = "/v1/nodes?full&pretty";
+    let fetch = |close: bool, gzip: bool| {
+        let mut req = http.get(agents.url(0, path));
+        if close {
+            req = req.header("Connection", "close");
+        }
+        if gzip {
+            req = req.header("Accept-Encoding", "gzip");
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            assert!(resp.headers().contains_key("X-Nomad-Index"));
+            let zipped = resp.headers().contains_key("content-encoding");
+            let bytes = resp.bytes().await.unwrap().to_vec();
+            if !zipped {
+                return bytes;
+            }
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(&bytes[..])
+                .read_to_end(&mut out)
+                .expect("gzip");
+            out
+        }
+    };
+    let ours = fetch(false, false).await;
+    let parsed: Value = serde_json::from_slice(&ours).unwrap();
+    assert_eq!(parsed.as_array().unwrap().len(), 1_200);
+    assert_eq!(parsed[1_199]["ID"], "node-1199");
+    assert!(ours.len() > 512 << 10, "{} bytes", ours.len());
+    // Indented exactly as the compact answer is, item by item (`list_body.rs` pins
+    // the bytes against serde_json's own pretty output).
+    let compact = {
+        let resp = http
+            .get(agents.url(0, "/v1/nodes?full"))
+            .send()
+            .await
+            .unwrap();
+        resp.bytes().await.unwrap().to_vec()
+    };
+    assert!(unindented(&ours) == compact, "pretty and compact differ");
+    let whole = ours.clone();
+    assert!(fetch(true, false).await == whole, "through hyper");
+    assert!(fetch(false, true).await == whole, "gzipped");
+    assert!(fetch(true, true).await == whole, "gzipped through hyper");
+
+    // On the wire: chunked for the long list, a length for a short one.
+    let raw = |target: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", agents.ports[0])).unwrap();
+        write!(
+            s,
+            "GET {target} HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        let end = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        String::from_utf8_lossy(&all[..end]).to_lowercase()
+    };
+    let long = tokio::task::block_in_place(|| raw(path));
+    assert!(long.contains("transfer-encoding: chunked"), "{long}");
+    let short = tokio::task::block_in_place(|| raw("/v1/nodes?per_page=3"));
+    assert!(short.contains("content-length:"), "{short}");
+
+    // Pages of a long list cut the same rows.
+    let (_, h, first) = get(&agents, "/v1/nodes?full&per_page=1000").await;
+    assert_eq!(first.as_array().unwrap().len(), 1_000);
+    assert_eq!(h["X-Nomad-NextToken"], "node-1000");
+    let (_, h, rest) = get(&agents, "/v1/nodes?full&per_page=1000&next_token=node-1000").await;
+    assert_eq!(rest.as_array().unwrap().len(), 200);
+    assert!(!h.contains_key("X-Nomad-NextToken"));
+    let mut joined = first.as_array().unwrap().clone();
+    joined.extend(rest.as_array().unwrap().iter().cloned());
+    assert_eq!(Value::Array(joined), parsed);
+    agents.shutdown().await;
+}
+
+/// `pretty` with the whitespace outside strings taken out.
+fn unindented(pretty: &[u8]) -> Vec<u8> {
+    let (mut out, mut in_string, mut escaped) = (Vec::new(), false, false);
+    for &b in pretty {
+        if in_string {
+            out.push(b);
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if !b.is_ascii_whitespace() {
+            in_string = b == b'"';
+            out.push(b);
+        }
+    }
+    out
+}
