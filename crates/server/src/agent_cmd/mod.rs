@@ -228,6 +228,7 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
     let id = settings.id;
     let mut reloader = Reloader::new(files, flags, settings, log);
     runtime.block_on(async move {
+        let hangups = reload::hangups();
         let agent = Agent::start(config)
             .await
             .map_err(|e| err(format!("agent: {e}")))?;
@@ -235,7 +236,7 @@ pub fn run(args: AgentArgs) -> Result<(), CliError> {
         let failed = tokio::select! {
             () = stop_signal() => None,
             why = agent.failed() => Some(why),
-            never = reloader.serve_hangups(&agent) => match never {},
+            never = reloader.serve_hangups(hangups, &agent) => match never {},
         };
         if failed.is_none() {
             // A planned stop: the leadership goes to a caught-up voter first.

@@ -89,6 +89,32 @@ impl LogControl {
     }
 }
 
+/// The SIGHUPs the process receives (none where it cannot listen).
+#[cfg(unix)]
+pub type Hangups = Option<tokio::signal::unix::Signal>;
+/// No SIGHUP off Unix.
+#[cfg(not(unix))]
+pub type Hangups = ();
+
+/// Starts taking SIGHUP (within a runtime): from here on, a SIGHUP no longer ends the
+/// process, and waits for [`Reloader::serve_hangups`].
+pub fn hangups() -> Hangups {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot listen for SIGHUP: the configuration and TLS files are not reloaded"
+                );
+                None
+            }
+        }
+    }
+}
+
 /// What SIGHUP found in the files.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Reread {
@@ -124,24 +150,17 @@ impl Reloader {
     }
 
     /// Handles each SIGHUP until the process ends: the files, then the TLS files.
-    pub async fn serve_hangups(&mut self, agent: &Agent) -> Infallible {
+    /// `hangups` is made before the agent starts ([`hangups`]), so that a SIGHUP
+    /// sent as soon as the agent serves is handled, not the end of the process.
+    pub async fn serve_hangups(&mut self, hangups: Hangups, agent: &Agent) -> Infallible {
         #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            match signal(SignalKind::hangup()) {
-                Ok(mut hup) => {
-                    while hup.recv().await.is_some() {
-                        self.hangup(agent);
-                    }
-                }
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    "cannot listen for SIGHUP: the configuration and TLS files are not reloaded"
-                ),
+        if let Some(mut hup) = hangups {
+            while hup.recv().await.is_some() {
+                self.hangup(agent);
             }
         }
         #[cfg(not(unix))]
-        let _ = agent;
+        let _ = (hangups, agent);
         std::future::pending().await
     }
 

@@ -281,7 +281,7 @@ impl Settings {
                 out.push(Change { key, from, to });
             }
         };
-        let path = |p: &Option<PathBuf>| p.as_ref().map_or("(none)".into(), show);
+        let path = |p: &Option<PathBuf>| p.as_deref().map_or("(none)".into(), show);
         let (a, b) = (self, new);
         diff("id", a.id.to_string(), b.id.to_string());
         diff("bind", a.bind.to_string(), b.bind.to_string());
@@ -350,7 +350,7 @@ impl Settings {
     }
 }
 
-fn show(p: &PathBuf) -> String {
+fn show(p: &Path) -> String {
     p.display().to_string()
 }
 

@@ -155,6 +155,13 @@ fn the_example_file_is_valid_and_sets_every_key() {
     // Its relative paths are next to it.
     let dir = path.parent().unwrap();
     assert_eq!(settings.cluster_key_file, Some(dir.join("cluster.key")));
+    // The README shows it whole.
+    let readme = std::fs::read_to_string(dir.join("../README.md")).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        readme.contains(&format!("```toml\n{text}```\n")),
+        "README.md's example differs from examples/agent.toml"
+    );
 }
 
 /// The error of `text`: (line, key, message).

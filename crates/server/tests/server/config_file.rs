@@ -246,3 +246,88 @@ async fn an_agent_runs_from_a_config_file_and_rereads_it_on_sighup() {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 }
+
+/// The value of `key=` in the unit file (its one line).
+fn unit_line<'a>(unit: &'a str, key: &str) -> &'a str {
+    let prefix = format!("{key}=");
+    let mut lines = unit.lines().filter_map(|l| l.strip_prefix(prefix.as_str()));
+    let value = lines.next().unwrap_or_else(|| panic!("no {key}= line"));
+    assert!(lines.next().is_none(), "two {key}= lines");
+    value
+}
+
+/// `examples/schedstate-agent.service` as systemd would run it: ExecStartPre (the
+/// validation), ExecStart, ExecReload's signal, the stop signal — each command line
+/// as written, with this test's binary and configuration file in place of
+/// `/usr/local/bin/schedstate` and `/etc/schedstate/agent.toml`. And `systemd-analyze
+/// verify` on it where systemd is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_systemd_unit_validates_starts_reloads_and_stops_the_agent() {
+    let unit_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/schedstate-agent.service");
+    let unit = std::fs::read_to_string(&unit_path).expect("the unit file");
+    let s = Setup::new();
+    let run = |line: &str| -> Command {
+        let line = line.replace(
+            "/etc/schedstate/agent.toml",
+            &s.config().display().to_string(),
+        );
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("/usr/local/bin/schedstate"), "{line}");
+        let mut cmd = Command::new(crate::BIN);
+        cmd.args(words)
+            .current_dir("/")
+            .env_remove("SCHEDSTATE_CLUSTER_KEY_FILE")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null());
+        cmd
+    };
+    assert_eq!(unit_line(&unit, "ExecReload"), "/bin/kill -HUP $MAINPID");
+    assert_eq!(unit_line(&unit, "KillSignal"), "SIGTERM");
+
+    let out = run(unit_line(&unit, "ExecStartPre"))
+        .output()
+        .expect("ExecStartPre");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = s.path("unit.log");
+    let log_file = std::fs::File::create(&log).unwrap();
+    let agent = AgentProc(
+        run(unit_line(&unit, "ExecStart"))
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .expect("ExecStart"),
+    );
+    wait_log(&log, "schedstate agent 1 serving https://").await;
+    hangup(&agent);
+    wait_log(
+        &log,
+        "SIGHUP: configuration re-read; nothing needs a restart",
+    )
+    .await;
+    let status = agent.terminate();
+    assert!(status.success(), "{status}");
+
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let copy = s.path("schedstate-agent.service");
+        std::fs::write(&copy, unit.replace("/usr/local/bin/schedstate", crate::BIN)).unwrap();
+        let out = Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(&copy)
+            .output()
+            .expect("systemd-analyze");
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "systemd-analyze verify: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
