@@ -71,6 +71,7 @@ pub struct Agent {
     http: JoinHandle<()>,
     tasks: Vec<JoinHandle<()>>,
     fatal: watch::Receiver<Option<String>>,
+    tls: Option<Tls>,
 }
 
 impl Agent {
@@ -179,6 +180,8 @@ impl Agent {
             stopping.clone(),
         ));
         let (fatal_tx, fatal) = watch::channel(None);
+        #[cfg(unix)]
+        let sighup_reloads_tls = config.sighup_reloads_tls;
         #[allow(unused_mut)]
         let mut tasks = vec![
             tokio::spawn(watch_leader(server.clone(), metrics, stopping.clone())),
@@ -186,7 +189,9 @@ impl Agent {
             tokio::spawn(bootstrap(server.clone(), config, dialer, stopping.clone())),
         ];
         #[cfg(unix)]
-        if let Some(tls) = tls.clone() {
+        if let Some(tls) = tls.clone()
+            && sighup_reloads_tls
+        {
             tasks.push(tokio::spawn(reload_on_sighup(tls, stopping)));
         }
         Ok(Agent {
@@ -196,12 +201,19 @@ impl Agent {
             http,
             tasks,
             fatal,
+            tls,
         })
     }
 
     /// The address the agent listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The TLS material served, if TLS is on: [`Tls::reload`] reads its files again
+    /// (what SIGHUP does unless [`AgentConfig::sighup_reloads_tls`] is off).
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     /// The replicated server underneath.

@@ -144,6 +144,11 @@ pub struct AgentConfig {
     pub event_heartbeat: Duration,
     /// The longest a blocking query waits (a longer `?wait=` is cut to it).
     pub max_wait: Duration,
+    /// Whether the agent reloads its TLS files itself on SIGHUP (on by default). A
+    /// program that handles SIGHUP itself — `schedstate agent`, which re-reads its
+    /// configuration file then — turns it off and calls [`Tls::reload`](crate::Tls::reload)
+    /// on [`Agent::tls`](crate::Agent::tls).
+    pub sighup_reloads_tls: bool,
 }
 
 impl AgentConfig {
@@ -166,6 +171,7 @@ impl AgentConfig {
             event_buffer: 10_000,
             event_heartbeat: Duration::from_secs(10),
             max_wait: Duration::from_secs(300),
+            sighup_reloads_tls: true,
         }
     }
 

@@ -19,7 +19,7 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// One agent process; SIGKILLed and reaped when dropped.
-pub struct AgentProc(Child);
+pub struct AgentProc(pub Child);
 
 impl AgentProc {
     /// Kills it with SIGKILL (nothing is flushed or closed) and reaps it.

@@ -1,5 +1,5 @@
 //! Integration tests of `schedstate-server`, the command line with its server half:
-//! agents as processes (`agent_procs.rs`), the cluster demo, status commands over
+//! agents as processes (`agent_procs.rs`), an agent from a configuration file, the cluster demo, status commands over
 //! HTTP and TLS, `inspect` of a server's directory, the load tools, Nomad's own
 //! clients against an agent, and the README's secure setup run as written through
 //! `schedstate`, which hands each of its commands here.
@@ -7,6 +7,7 @@
 mod agent_procs;
 mod bench;
 mod cluster;
+mod config_file;
 mod inspect_server;
 mod nomad_compat;
 mod readme;
