@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AclScope, AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus};
+use crate::model::{
+    AclScope, AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus,
+};
 
 /// One write.
 ///
