@@ -294,11 +294,60 @@ async fn a_token_may_be_made_with_an_expiration_time() {
     let (s, t) = go(&agents, "PUT", "/v1/acl/token", Some(&body)).await;
     assert_eq!(s, 200, "{t}");
     let ttl = t["ExpirationTTL"].as_u64().unwrap() / 1_000_000_000;
-    assert!((7200..=7202).contains(&ttl), "{t}");
+    // Whole seconds: the create time is rounded up, the expiry too.
+    assert!((7198..=7202).contains(&ttl), "{t}");
+    let asked = now + std::time::Duration::from_secs(7200);
+    let asked = asked
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        secs(&t["ExpirationTime"]) > asked,
+        "never sooner than asked: {t}"
+    );
     for d in [-60, 20 * 365 * 86_400] {
         body["ExpirationTime"] = json!(at(d));
         let (s, e) = go(&agents, "PUT", "/v1/acl/token", Some(&body)).await;
         assert_eq!(s, 400, "{d}: {e}");
     }
+    agents.shutdown().await;
+}
+
+/// An open event stream ends once its token is updated out of the read scope, as it
+/// ends on a revocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_stream_ends_when_its_token_loses_the_read_scope() {
+    use futures_util::StreamExt;
+    let agents = Agents::start(1, Some(TOKEN)).await;
+    let body = go_token("watcher", "client", json!(["read"]), 0);
+    let (s, made) = go(&agents, "PUT", "/v1/acl/token", Some(&body)).await;
+    assert_eq!(s, 200, "{made}");
+    let resp = crate::support::http()
+        .get(agents.url(0, "/v1/event/stream?topic=Node"))
+        .header("X-Nomad-Token", made["SecretID"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let c = agents.client(0);
+    c.apply(&crate::upsert("n1", "ebs")).await.unwrap();
+    let path = format!("/v1/acl/token/{}", made["AccessorID"].as_str().unwrap());
+    let mut changed = made.clone();
+    changed["SecretID"] = json!("");
+    changed["Policies"] = json!(["operator"]);
+    let (s, v) = go(&agents, "PUT", &path, Some(&changed)).await;
+    assert_eq!(s, 200, "{v}");
+    c.apply(&crate::upsert("n2", "ebs")).await.unwrap();
+    let mut text = String::new();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while let Some(chunk) = stream.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk.expect("chunk")));
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream went on: {text}");
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.contains("PermissionDenied"), "{text}");
     agents.shutdown().await;
 }
