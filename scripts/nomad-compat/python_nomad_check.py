@@ -10,7 +10,9 @@ Run by crates/server/tests/server/nomad_compat.rs (see scripts/nomad-compat/READ
 EXPECTED is a JSON file the test writes: the nodes, allocations, plugins and volumes
 it put in, the leader's address, the peers. Jobs are registered, read, stopped and
 purged here, through python-nomad's own calls, against the first plugin (which no job
-runs before). Exit status 0 when every check passed;
+runs before); so are a volume (registered, read, deregistered), node drain and
+eligibility, an allocation stop and ACL tokens (created, listed, read, read as
+self, updated, deleted). Exit status 0 when every check passed;
 otherwise each failure is printed and the status is 1.
 """
 
@@ -45,6 +47,143 @@ class Raw(Requester):
         # python-nomad builds the URL from the class's ENDPOINT and the arguments.
         self.ENDPOINT = endpoint
         return self.request(*rest, method="get", params=params)
+
+    def write(self, method, endpoint, *rest, json=None, params=None):
+        self.ENDPOINT = endpoint
+        return self.request(*rest, method=method, json=json, params=params)
+
+
+def check_volume_writes(raw, plugin_id):
+    """A CSI volume registered and deregistered through python-nomad's request
+    machinery (2.1.0 has no CSI calls), as Nomad's `CSIVolumeRegisterRequest`, and
+    read back field by field."""
+    vol_id = "vol-python"
+    written = {
+        "ID": vol_id, "Name": "python's volume", "Namespace": "default",
+        "ExternalID": "ext-python-1", "PluginID": plugin_id,
+        "RequestedCapabilities": [
+            {"AccessMode": "single-node-writer", "AttachmentMode": "file-system"},
+        ],
+        "MountOptions": {"FSType": "xfs", "MountFlags": ["noatime"]},
+        "Secrets": {"key": "s3cr3t"},
+        "Parameters": {"iops": "3000"},
+        "Context": {"zone": "a"},
+        "Topologies": None, "ReadAllocs": None, "WriteAllocs": None,
+    }
+    answer = raw.write("put", "volume", "csi", vol_id, json={"Volumes": [written]}).json()
+    check("volume register answers an index", answer.get("Index", 0) > 0, True)
+    got = raw.get("volume", "csi", vol_id).json()
+    for field in ("ID", "Name", "Namespace", "ExternalID", "PluginID", "Parameters", "Context"):
+        check(f"registered volume {field}", got[field], written[field])
+    check(
+        "registered volume RequestedCapabilities",
+        [{k: c[k] for k in ("AccessMode", "AttachmentMode")} for c in got["RequestedCapabilities"]],
+        written["RequestedCapabilities"],
+    )
+    check("registered volume FSType", got["MountOptions"]["FSType"], "xfs")
+    check("registered volume MountFlags", got["MountOptions"]["MountFlags"], ["[REDACTED]"])
+    check("registered volume Secrets", got["Secrets"], None)
+    check("registered volume Allocations", got["Allocations"], [])
+    listed = raw.get("volumes", params={"type": "csi"}).json()
+    check("registered volume listed", vol_id in [v["ID"] for v in listed], True)
+    raw.write("delete", "volume", "csi", vol_id)
+    try:
+        raw.get("volume", "csi", vol_id)
+        FAILURES.append("a deregistered volume was found")
+    except nomad.api.exceptions.URLNotFoundNomadException as e:
+        check("deregistered volume is a 404", e.nomad_resp.status_code, 404)
+
+
+def check_acl_tokens(n, kwargs):
+    """ACL tokens through python-nomad's own calls: created, listed, read, read as
+    self, updated, deleted — in Nomad's `ACLToken` shape, each value compared with
+    what was written."""
+    acl = n.acl
+    try:
+        acl.generate_bootstrap()
+        FAILURES.append("a second bootstrap was accepted")
+    except nomad.api.exceptions.BaseNomadException as e:
+        check("a second bootstrap is refused", e.nomad_resp.json()["kind"], "AclAlreadyBootstrapped")
+    written = {"Name": "python-reader", "Type": "client", "Policies": ["read", "write"],
+               "Global": False, "ExpirationTTL": 3600 * 10**9}
+    made = acl.create_token(written)
+    accessor, secret = made["AccessorID"], made["SecretID"]
+    check("token secret shown on create", len(secret), 36)
+    for field in ("Name", "Type"):
+        check(f"created token {field}", made[field], written[field])
+    check("created token Policies", made["Policies"], ["read", "write"])
+    check("created token Roles", made["Roles"], [])
+    check("created token Global (one region)", made["Global"], True)
+    check("created token ExpirationTTL", made["ExpirationTTL"], written["ExpirationTTL"])
+    check("created token CreateIndex", made["CreateIndex"] > 0, True)
+    check("created token ModifyIndex", made["ModifyIndex"], made["CreateIndex"])
+    check("created token ExpirationTime is set", isinstance(made["ExpirationTime"], str), True)
+
+    info = acl.get_token(accessor)
+    check("read token SecretID (never shown)", info["SecretID"], "")
+    for field in ("AccessorID", "Name", "Type", "Policies", "Roles", "Global", "CreateTime",
+                  "ExpirationTime", "ExpirationTTL", "CreateIndex", "ModifyIndex"):
+        check(f"read token {field}", info[field], made[field])
+    listed = {t["AccessorID"]: t for t in acl.get_tokens()}
+    check("token listed", accessor in listed, True)
+    stub = listed.get(accessor, {})
+    check("listed token has no SecretID", "SecretID" in stub, False)
+    for field in ("Name", "Type", "Policies", "Global", "CreateTime", "ExpirationTime",
+                  "CreateIndex", "ModifyIndex"):
+        check(f"listed token {field}", stub.get(field), made[field])
+    check(
+        "the management token's type",
+        sorted({t["Type"] for t in listed.values()}),
+        ["client", "management"],
+    )
+
+    holder = nomad.Nomad(**dict(kwargs, token=secret))
+    me = holder.acl.get_self_token()
+    check("self AccessorID", me["AccessorID"], accessor)
+    check("self SecretID (the one presented)", me["SecretID"], secret)
+    check("self Policies", me["Policies"], ["read", "write"])
+
+    # Updated as a python-nomad user does it: the token read, changed, sent back.
+    info["Name"] = "python-reader-2"
+    info["Policies"] = ["read"]
+    updated = acl.update_token(accessor, info)
+    check("updated token Name", updated["Name"], "python-reader-2")
+    check("updated token Policies", updated["Policies"], ["read"])
+    check("updated token ModifyIndex", updated["ModifyIndex"] > made["ModifyIndex"], True)
+    for field in ("AccessorID", "CreateTime", "ExpirationTime", "CreateIndex"):
+        check(f"updated token keeps {field}", updated[field], made[field])
+    again = acl.get_token(accessor)
+    check("updated token read back", (again["Name"], again["Policies"]), ("python-reader-2", ["read"]))
+    check("the holder reads", len(holder.nodes.get_nodes()) > 0, True)
+    try:
+        holder.node.eligible_node(sorted(x["ID"] for x in holder.nodes.get_nodes())[0], ineligible=True)
+        FAILURES.append("a read-only token wrote")
+    except nomad.api.exceptions.URLNotAuthorizedNomadException as e:
+        check("a read-only token's write is a 403", e.nomad_resp.json()["kind"], "PermissionDenied")
+
+    # Refused: an unknown policy (Nomad's ACL policies are not schedstate's).
+    try:
+        acl.create_token({"Name": "x", "Type": "client", "Policies": ["node-write"]})
+        FAILURES.append("an unknown policy was accepted")
+    except nomad.api.exceptions.BadRequestNomadException as e:
+        check("an unknown policy is a 400", e.nomad_resp.json()["kind"], "UnknownPolicy")
+
+    check("token deleted", acl.delete_token(accessor), True)
+    try:
+        holder.acl.get_self_token()
+        FAILURES.append("a deleted token's self was found")
+    except nomad.api.exceptions.URLNotFoundNomadException as e:
+        check("a deleted token's self is a 404", e.nomad_resp.status_code, 404)
+    try:
+        holder.nodes.get_nodes()
+        FAILURES.append("a deleted token was accepted")
+    except nomad.api.exceptions.URLNotAuthorizedNomadException as e:
+        check("a deleted token is a 403", e.nomad_resp.status_code, 403)
+    try:
+        acl.get_token(accessor)
+        FAILURES.append("a deleted token was read")
+    except nomad.api.exceptions.URLNotFoundNomadException as e:
+        check("a deleted token reads as a 404", e.nomad_resp.status_code, 404)
 
 
 def main():
@@ -326,6 +465,21 @@ def main():
     check("drain off", node["Drain"], False)
     check("drain off, marked eligible", node["SchedulingEligibility"], "eligible")
     check("no DrainStrategy", node.get("DrainStrategy"), None)
+
+    # Eligibility while draining: refused as Nomad refuses it, the node unchanged.
+    n.node.drain_node_with_spec(node_id, {"Deadline": 0}, None)
+    try:
+        n.node.eligible_node(node_id, eligible=True)
+        FAILURES.append("a draining node was made eligible")
+    except nomad.api.exceptions.BadRequestNomadException as e:
+        check("eligible while draining is a 400", e.nomad_resp.status_code, 400)
+        check("eligible while draining kind", e.nomad_resp.json()["kind"], "NodeDraining")
+    check("still ineligible", n.node.get_node(node_id)["SchedulingEligibility"], "ineligible")
+    n.node.drain_node_with_spec(node_id, None, True)
+    check("eligible after the drain", n.node.get_node(node_id)["SchedulingEligibility"], "eligible")
+
+    check_volume_writes(raw, sorted(want_plugins)[0])
+    check_acl_tokens(n, kwargs)
 
     # A token no server knows: Nomad's 403 ("ACL token not found"), and 404 on self.
     stranger = nomad.Nomad(**dict(kwargs, token="no-such-token-of-this-cluster"))

@@ -3,15 +3,18 @@
 //! - Bootstrap makes the first token, once: it is refused as soon as the tokens table
 //!   has ever been written (its table index is above 0), whatever was deleted since.
 //! - Created tokens are new rows: an accessor id or a secret hash already used is
-//!   refused. Tokens are never edited in place (a new token and a revocation rotate
-//!   one), so `modify_index` = `create_index`.
-//! - Revoking the last management token that never expires is refused: bootstrap
-//!   cannot be run again, so without it nobody could manage tokens any more.
+//!   refused.
+//! - An update changes a token's name and scopes only (its secret, times and create
+//!   index stay; a new token and a revocation rotate a secret); it sets
+//!   `modify_index`, and an update to what the token has stores nothing.
+//! - Revoking — or updating out of the management scope — the last management token
+//!   that never expires is refused: bootstrap cannot be run again, so without it
+//!   nobody could manage tokens any more.
 
 use std::sync::Arc;
 
 use crate::engine::Key;
-use crate::model::{AclToken, Id};
+use crate::model::{AclScope, AclToken, Id};
 
 use super::error::{Result, StateError};
 use super::read::StateView;
@@ -74,12 +77,39 @@ pub(crate) fn delete(w: &mut Writer, accessor_ids: &[Id]) -> Result<()> {
         }
         w.txn.delete(w.t.acl_tokens, &Key::str(id))?;
     }
+    a_lasting_manager_left(w)
+}
+
+/// Whether some management token without an expiry is left.
+fn a_lasting_manager_left(w: &Writer) -> Result<()> {
     let view = w.view();
     if !view
         .acl_tokens()
         .any(|t| t.is_management() && t.expiration_time.is_none())
     {
         return Err(StateError::LastManagementToken);
+    }
+    Ok(())
+}
+
+/// A token's new name and scopes; the rest of the row stays.
+pub(crate) fn update(w: &mut Writer, id: &Id, name: &str, scopes: &[AclScope]) -> Result<()> {
+    let Some(stored) = w.view().acl_token(id) else {
+        return Err(StateError::AclTokenNotFound(id.clone()));
+    };
+    let mut token = (*stored).clone();
+    token.name = name.to_string();
+    token.scopes = scopes.to_vec();
+    token.scopes.sort_unstable();
+    token.scopes.dedup();
+    if token == *stored {
+        return Ok(());
+    }
+    token.modify_index = w.index;
+    let demoted = stored.is_management() && !token.is_management();
+    w.txn.insert(w.t.acl_tokens, Arc::new(token))?;
+    if demoted {
+        a_lasting_manager_left(w)?;
     }
     Ok(())
 }

@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus};
+use crate::model::{
+    AclScope, AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus,
+};
 
 /// One write.
 ///
@@ -135,6 +137,19 @@ pub enum Command {
         /// The job ids.
         ids: Vec<Id>,
     },
+    /// Change one token's name and scopes (Nomad's token update); its secret, create
+    /// time, expiry and create index stay. An unknown accessor id is refused; so is a
+    /// change that would leave no management token without an expiry. Setting what
+    /// the token already has stores nothing. (Appended: variant numbers are part of
+    /// the log format.)
+    UpdateAclToken {
+        /// The token's accessor id.
+        accessor_id: Id,
+        /// Its new label.
+        name: String,
+        /// Its new scopes (one to four).
+        scopes: Vec<AclScope>,
+    },
 }
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
@@ -180,6 +195,7 @@ impl Command {
             Command::UpsertJobs { .. } => "upsert_jobs",
             Command::StopJobs { .. } => "stop_jobs",
             Command::PurgeJobs { .. } => "purge_jobs",
+            Command::UpdateAclToken { .. } => "update_acl_token",
         }
     }
 
@@ -191,6 +207,7 @@ impl Command {
             Command::AclBootstrap { .. }
                 | Command::CreateAclTokens { .. }
                 | Command::DeleteAclTokens { .. }
+                | Command::UpdateAclToken { .. }
         )
     }
 }

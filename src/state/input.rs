@@ -359,6 +359,17 @@ fn job_row(j: &Job) -> Result<()> {
     Ok(())
 }
 
+/// A token's scopes: one to four.
+fn acl_scopes(scopes: &[AclScope]) -> Result<()> {
+    if scopes.is_empty() {
+        return Err(StateError::InvalidInput {
+            field: "token scopes".into(),
+            reason: "a token needs at least one scope".into(),
+        });
+    }
+    count("token scopes", scopes.len(), AclScope::ALL.len())
+}
+
 /// A token row: an id, a label, one to four scopes, a SHA-256 in lowercase hex.
 fn acl_token_row(t: &AclToken) -> Result<()> {
     id("token accessor_id", &t.accessor_id)?;
@@ -369,10 +380,7 @@ fn acl_token_row(t: &AclToken) -> Result<()> {
             reason: reason.into(),
         })
     };
-    if t.scopes.is_empty() {
-        return bad("token scopes", "a token needs at least one scope");
-    }
-    count("token scopes", t.scopes.len(), AclScope::ALL.len())?;
+    acl_scopes(&t.scopes)?;
     let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
     if t.secret_hash.len() != 64 || !t.secret_hash.bytes().all(hex) {
         return bad(
@@ -447,6 +455,15 @@ impl Command {
             Command::DeleteAclTokens { accessor_ids } => {
                 some("delete ACL tokens", accessor_ids)?;
                 list("accessor_ids", accessor_ids, |i| id("accessor id", i))
+            }
+            Command::UpdateAclToken {
+                accessor_id,
+                name,
+                scopes,
+            } => {
+                id("token accessor_id", accessor_id)?;
+                text("token name", name)?;
+                acl_scopes(scopes)
             }
             Command::UpsertJobs { jobs } => {
                 some("upsert jobs", jobs)?;

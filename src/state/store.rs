@@ -279,5 +279,10 @@ pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
         Command::UpsertJobs { jobs: list } => jobs::upsert_jobs(w, list),
         Command::StopJobs { namespace, ids } => jobs::stop_jobs(w, namespace, ids),
         Command::PurgeJobs { namespace, ids } => jobs::purge_jobs(w, namespace, ids),
+        Command::UpdateAclToken {
+            accessor_id,
+            name,
+            scopes,
+        } => acl::update(w, accessor_id, name, scopes),
     }
 }

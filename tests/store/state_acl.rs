@@ -260,3 +260,91 @@ fn tokens_survive_a_snapshot_and_acl_commands_are_marked() {
     );
     assert!(!Command::DeleteAllocs { ids: vec![] }.is_acl());
 }
+
+fn update(accessor: &str, name: &str, scopes: &[AclScope]) -> Command {
+    Command::UpdateAclToken {
+        accessor_id: accessor.into(),
+        name: name.into(),
+        scopes: scopes.to_vec(),
+    }
+}
+
+#[test]
+fn an_update_changes_name_and_scopes_only_and_keeps_a_lasting_manager() {
+    let store = bootstrapped();
+    let mut dash = token("dash", &[AclScope::Read], 3);
+    dash.create_time = 100;
+    dash.expiration_time = Some(10_000);
+    store
+        .apply(6, &Command::CreateAclTokens { tokens: vec![dash] })
+        .unwrap();
+    assert!(update("dash", "x", &[AclScope::Read]).is_acl());
+    store
+        .apply(
+            7,
+            &update("dash", "dashboards", &[AclScope::Write, AclScope::Read]),
+        )
+        .unwrap();
+    let t = store.snapshot().view().acl_token("dash").unwrap();
+    assert_eq!(t.name, "dashboards");
+    assert_eq!(t.scopes, vec![AclScope::Read, AclScope::Write], "sorted");
+    assert_eq!((t.create_index, t.modify_index), (6, 7));
+    assert_eq!((t.create_time, t.expiration_time), (100, Some(10_000)));
+    assert_eq!(t.secret_hash, hash(3), "the secret stays");
+    assert_eq!(store.snapshot().view().table_index(Table::AclTokens), 7);
+    // The same again stores nothing (the applied index moves, nothing else).
+    store
+        .apply(
+            8,
+            &update("dash", "dashboards", &[AclScope::Read, AclScope::Write]),
+        )
+        .unwrap();
+    let again = store.snapshot().view().acl_token("dash").unwrap();
+    assert_eq!(again, t);
+    assert_eq!(store.snapshot().view().table_index(Table::AclTokens), 7);
+    // Unknown, empty, too many or badly named: refused, nothing changed.
+    refused(
+        &store,
+        9,
+        update("ghost", "g", &[AclScope::Read]),
+        "AclTokenNotFound",
+    );
+    refused(&store, 9, update("dash", "d", &[]), "InvalidInput");
+    refused(
+        &store,
+        9,
+        update("dash", "bad\u{0}name", &[AclScope::Read]),
+        "InvalidInput",
+    );
+    // The last lasting management token cannot stop being one; once another exists
+    // it can.
+    refused(
+        &store,
+        9,
+        update("root", "root", &[AclScope::Read]),
+        "LastManagementToken",
+    );
+    // An expiring management token is no way back: still refused with one.
+    store
+        .apply(9, &update("dash", "dash", &[AclScope::Management]))
+        .unwrap();
+    refused(
+        &store,
+        10,
+        update("root", "root", &[AclScope::Read]),
+        "LastManagementToken",
+    );
+    store
+        .apply(
+            10,
+            &Command::CreateAclTokens {
+                tokens: vec![token("ops", &[AclScope::Management], 4)],
+            },
+        )
+        .unwrap();
+    store
+        .apply(11, &update("root", "root", &[AclScope::Read]))
+        .unwrap();
+    let snap = store.snapshot();
+    assert!(!snap.view().acl_token("root").unwrap().is_management());
+}

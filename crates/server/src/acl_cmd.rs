@@ -186,8 +186,8 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
                 let request = AclTokenRequest {
                     name: a.name,
                     scopes: a.scope,
-                    token_type: None,
                     expiration_ttl: a.ttl.map(serde_json::Value::String),
+                    ..AclTokenRequest::default()
                 };
                 let token = c
                     .acl_create_token(&request)
@@ -223,12 +223,14 @@ pub fn run(command: AclCmd) -> Result<(), CliError> {
                 command: TokenCmd::Info { accessor, agent },
             } => {
                 let c = crate::connect::client(&agent.creds, &agent.address)?;
-                let token = if accessor == "self" {
+                let mut token = if accessor == "self" {
                     c.acl_token_self().await
                 } else {
                     c.acl_token(&accessor).await
                 }
                 .map_err(|e| agent_error(&agent.address, &e))?;
+                // `self` answers back the secret sent; not printed again.
+                token.secret_id = None;
                 show(&token, None)
             }
             AclCmd::Token {

@@ -1,21 +1,39 @@
-//! The JSON shapes of the ACL endpoints (`/v1/acl/…`), in Nomad's field names so that
-//! Nomad's clients read them: `AccessorID`, `SecretID`, `Name`, `Type`, `CreateTime`,
-//! `ExpirationTime`, `CreateIndex`, `ModifyIndex`, with schedstate's `Scopes`.
+//! The JSON shapes of the ACL endpoints (`/v1/acl/…`) in Nomad's shapes — its
+//! `ACLToken` ([`AclTokenView`]) and `ACLTokenListStub` ([`AclTokenListStub`]) — with
+//! schedstate's `Scopes` beside Nomad's fields, so that Nomad's clients and
+//! schedstate's own CLI both read them.
+//!
+//! What Nomad has and schedstate derives: `Type` (`management` for a token holding
+//! the management scope, else `client`), `Policies` (a client token's scopes by name:
+//! `read`, `write`, `operator`; none for a management token, as in Nomad), `Global`
+//! (always `true`: a cluster is one region), `ExpirationTTL` (expiry minus creation,
+//! in nanoseconds as Go's `time.Duration`; 0 without expiry), `Roles` (always empty:
+//! there are no roles). None of it is stored: a token row keeps its scopes.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use schedstate::model::{AclScope, AclToken};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A token as the API shows it. The secret appears once — in the answer that created
-/// it — and never again: listings and reads carry no `SecretID`.
+pub use super::acl_request::{AclTokenRequest, TokenRequestError};
+
+/// A token as the API shows it (Nomad's `ACLToken`). The secret appears in the
+/// answer that created the token, and in `GET /v1/acl/token/self` (the caller's
+/// own, which it just presented); everywhere else `SecretID` is `""` — only the
+/// secret's hash is kept.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AclTokenView {
     /// The token's public name: what listings and revocations use.
     #[serde(rename = "AccessorID")]
     pub accessor_id: String,
-    /// The secret, only in the answer to a bootstrap or a creation.
-    #[serde(rename = "SecretID", default, skip_serializing_if = "Option::is_none")]
+    /// The secret, only in the answer to a bootstrap, a creation or `self` (`""`
+    /// on the wire otherwise).
+    #[serde(
+        rename = "SecretID",
+        default,
+        serialize_with = "secret_out",
+        deserialize_with = "secret_in"
+    )]
     pub secret_id: Option<String>,
     /// Its label.
     #[serde(rename = "Name")]
@@ -23,6 +41,57 @@ pub struct AclTokenView {
     /// `management` or `client`, as Nomad types tokens.
     #[serde(rename = "Type")]
     pub token_type: String,
+    /// Nomad's policies: a client token's scopes by name; none for management.
+    #[serde(rename = "Policies", default)]
+    pub policies: Vec<String>,
+    /// Nomad's roles: always empty.
+    #[serde(rename = "Roles", default)]
+    pub roles: Vec<serde_json::Value>,
+    /// Nomad's global flag: always `true` (one region).
+    #[serde(rename = "Global", default)]
+    pub global: bool,
+    /// What it may do (schedstate's own field).
+    #[serde(rename = "Scopes")]
+    pub scopes: Vec<AclScope>,
+    /// When it was made (RFC 3339).
+    #[serde(rename = "CreateTime")]
+    pub create_time: String,
+    /// When it stops being accepted (RFC 3339), if ever.
+    #[serde(rename = "ExpirationTime", default)]
+    pub expiration_time: Option<String>,
+    /// How long it was made to live, in nanoseconds (Go's `time.Duration`); 0 for
+    /// ever.
+    #[serde(rename = "ExpirationTTL", default)]
+    pub expiration_ttl: u64,
+    /// The index of the write that made it.
+    #[serde(rename = "CreateIndex")]
+    pub create_index: u64,
+    /// The index of the write that last changed it.
+    #[serde(rename = "ModifyIndex")]
+    pub modify_index: u64,
+}
+
+/// A token in a list (Nomad's `ACLTokenListStub`): no `SecretID`, no TTL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclTokenListStub {
+    /// See [`AclTokenView`].
+    #[serde(rename = "AccessorID")]
+    pub accessor_id: String,
+    /// Its label.
+    #[serde(rename = "Name")]
+    pub name: String,
+    /// `management` or `client`.
+    #[serde(rename = "Type")]
+    pub token_type: String,
+    /// A client token's scopes by name.
+    #[serde(rename = "Policies", default)]
+    pub policies: Vec<String>,
+    /// Always empty.
+    #[serde(rename = "Roles", default)]
+    pub roles: Vec<serde_json::Value>,
+    /// Always `true`.
+    #[serde(rename = "Global", default)]
+    pub global: bool,
     /// What it may do.
     #[serde(rename = "Scopes")]
     pub scopes: Vec<AclScope>,
@@ -35,13 +104,48 @@ pub struct AclTokenView {
     /// The index of the write that made it.
     #[serde(rename = "CreateIndex")]
     pub create_index: u64,
-    /// The same (tokens are never edited).
+    /// The index of the write that last changed it.
     #[serde(rename = "ModifyIndex")]
     pub modify_index: u64,
 }
 
-fn rfc3339(secs: u64) -> String {
+#[allow(clippy::ref_option)] // serde's `serialize_with` hands a reference
+fn secret_out<S: Serializer>(secret: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(secret.as_deref().unwrap_or(""))
+}
+
+fn secret_in<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.filter(|s| !s.is_empty()))
+}
+
+/// Seconds since the epoch as RFC 3339 (whole seconds, UTC).
+pub(crate) fn rfc3339(secs: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+/// Nomad's type of a token.
+pub(crate) fn token_type(token: &AclToken) -> &'static str {
+    if token.is_management() {
+        "management"
+    } else {
+        "client"
+    }
+}
+
+/// Nomad's policies of a token: a client token's scopes by name.
+pub(crate) fn policies(token: &AclToken) -> Vec<String> {
+    if token.is_management() {
+        return Vec::new();
+    }
+    token.scopes.iter().map(|s| s.name().to_string()).collect()
+}
+
+/// The time to live a token was made with, in nanoseconds (0: none).
+pub fn ttl_nanos(token: &AclToken) -> u64 {
+    token.expiration_time.map_or(0, |e| {
+        e.saturating_sub(token.create_time)
+            .saturating_mul(1_000_000_000)
+    })
 }
 
 impl AclTokenView {
@@ -51,15 +155,14 @@ impl AclTokenView {
             accessor_id: token.accessor_id.to_string(),
             secret_id: None,
             name: token.name.clone(),
-            token_type: if token.is_management() {
-                "management"
-            } else {
-                "client"
-            }
-            .to_string(),
+            token_type: token_type(token).to_string(),
+            policies: policies(token),
+            roles: Vec::new(),
+            global: true,
             scopes: token.scopes.clone(),
             create_time: rfc3339(token.create_time),
             expiration_time: token.expiration_time.map(rfc3339),
+            expiration_ttl: ttl_nanos(token),
             create_index: token.create_index,
             modify_index: token.modify_index,
         }
@@ -74,79 +177,22 @@ impl AclTokenView {
     }
 }
 
-/// `POST /v1/acl/token`: a new token.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AclTokenRequest {
-    /// Its label.
-    #[serde(rename = "Name", default, deserialize_with = "super::nomad::nullable")]
-    pub name: String,
-    /// What it may do (at least one scope, unless `Type` is `management`).
-    #[serde(
-        rename = "Scopes",
-        default,
-        deserialize_with = "super::nomad::nullable"
-    )]
-    pub scopes: Vec<AclScope>,
-    /// Nomad's `management` means the management scope; `client` (or nothing) means
-    /// the scopes listed.
-    #[serde(rename = "Type", default, skip_serializing_if = "Option::is_none")]
-    pub token_type: Option<String>,
-    /// How long it is accepted: a duration like `"24h"` (or, as Nomad's Go client
-    /// sends it, a number of nanoseconds); none: forever.
-    #[serde(
-        rename = "ExpirationTTL",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub expiration_ttl: Option<serde_json::Value>,
-}
-
-impl AclTokenRequest {
-    /// The scopes asked for, `Type` included.
-    ///
-    /// # Errors
-    /// An unknown type, or no scope at all.
-    pub fn scopes(&self) -> Result<Vec<AclScope>, String> {
-        let mut scopes = self.scopes.clone();
-        match self.token_type.as_deref() {
-            None | Some("client") => {}
-            Some("management") => scopes.push(AclScope::Management),
-            Some(other) => {
-                return Err(format!(
-                    "unknown token Type {other:?} (management or client)"
-                ));
-            }
+impl AclTokenListStub {
+    /// The list entry of a stored token.
+    pub fn of(token: &AclToken) -> AclTokenListStub {
+        AclTokenListStub {
+            accessor_id: token.accessor_id.to_string(),
+            name: token.name.clone(),
+            token_type: token_type(token).to_string(),
+            policies: policies(token),
+            roles: Vec::new(),
+            global: true,
+            scopes: token.scopes.clone(),
+            create_time: rfc3339(token.create_time),
+            expiration_time: token.expiration_time.map(rfc3339),
+            create_index: token.create_index,
+            modify_index: token.modify_index,
         }
-        if scopes.is_empty() {
-            return Err(
-                "a token needs at least one scope: read, write, operator or management".into(),
-            );
-        }
-        scopes.sort_unstable();
-        scopes.dedup();
-        Ok(scopes)
-    }
-
-    /// The time to live asked for.
-    ///
-    /// # Errors
-    /// Not a duration, or zero.
-    pub fn ttl(&self) -> Result<Option<Duration>, String> {
-        let ttl = match &self.expiration_ttl {
-            None | Some(serde_json::Value::Null) => return Ok(None),
-            Some(serde_json::Value::String(s)) => humantime::parse_duration(s)
-                .map_err(|e| format!("ExpirationTTL {s:?} is not a duration: {e}"))?,
-            Some(serde_json::Value::Number(n)) => n
-                .as_u64()
-                .map(Duration::from_nanos)
-                .ok_or_else(|| format!("ExpirationTTL {n} is not a number of nanoseconds"))?,
-            Some(other) => return Err(format!("ExpirationTTL {other} is not a duration")),
-        };
-        if ttl.is_zero() {
-            return Err("ExpirationTTL must be above zero".into());
-        }
-        Ok(Some(ttl))
     }
 }
 
@@ -190,34 +236,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_name_scopes_and_a_ttl_either_way() {
-        let r: AclTokenRequest =
-            serde_json::from_str(r#"{"Name":"d","Scopes":["read","read"],"ExpirationTTL":"1h"}"#)
-                .unwrap();
-        assert_eq!(r.scopes(), Ok(vec![AclScope::Read]));
-        assert_eq!(r.ttl(), Ok(Some(Duration::from_secs(3600))));
-        let r: AclTokenRequest =
-            serde_json::from_str(r#"{"Type":"management","ExpirationTTL":60000000000}"#).unwrap();
-        assert_eq!(r.scopes(), Ok(vec![AclScope::Management]));
-        assert_eq!(r.ttl(), Ok(Some(Duration::from_secs(60))));
-        for bad in [r#"{"Name":"x"}"#, r#"{"Type":"root","Scopes":["read"]}"#] {
-            let r: AclTokenRequest = serde_json::from_str(bad).unwrap();
-            assert!(r.scopes().is_err(), "{bad}");
-        }
-        assert!(serde_json::from_str::<AclTokenRequest>(r#"{"Scopes":["admin"]}"#).is_err());
-        let r: AclTokenRequest =
-            serde_json::from_str(r#"{"Scopes":["read"],"ExpirationTTL":"0s"}"#).unwrap();
-        assert!(r.ttl().is_err());
-    }
-
-    #[test]
-    fn a_view_never_carries_the_hash() {
-        let t = AclToken::new("a", "n", vec![AclScope::Read], "ab".repeat(32));
-        let json = serde_json::to_string(&AclTokenView::of(&t)).unwrap();
-        assert!(
-            !json.contains(&"ab".repeat(32)) && !json.contains("SecretID"),
-            "{json}"
+    fn a_view_never_carries_the_hash_and_has_nomads_fields() {
+        let mut t = AclToken::new(
+            "a",
+            "n",
+            vec![AclScope::Read, AclScope::Write],
+            "ab".repeat(32),
         );
-        assert!(json.contains(r#""Type":"client""#), "{json}");
+        t.create_time = 1_700_000_000;
+        t.expiration_time = Some(1_700_003_600);
+        let v = serde_json::to_value(AclTokenView::of(&t)).unwrap();
+        assert!(!v.to_string().contains(&"ab".repeat(32)), "{v}");
+        assert_eq!(v["SecretID"], "");
+        assert_eq!(v["Type"], "client");
+        assert_eq!(v["Policies"], serde_json::json!(["read", "write"]));
+        assert_eq!(v["Roles"], serde_json::json!([]));
+        assert_eq!(v["Global"], true);
+        assert_eq!(v["CreateTime"], "2023-11-14T22:13:20Z");
+        assert_eq!(v["ExpirationTime"], "2023-11-14T23:13:20Z");
+        assert_eq!(v["ExpirationTTL"], 3_600_000_000_000_u64);
+        // "" reads back as no secret.
+        let back: AclTokenView = serde_json::from_value(v).unwrap();
+        assert_eq!(back.secret_id, None);
+        let stub = serde_json::to_value(AclTokenListStub::of(&t)).unwrap();
+        assert!(stub.get("SecretID").is_none() && stub.get("ExpirationTTL").is_none());
+        t.scopes = vec![AclScope::Management];
+        t.expiration_time = None;
+        let v = serde_json::to_value(AclTokenView::of(&t)).unwrap();
+        assert_eq!(
+            (
+                &v["Type"],
+                &v["Policies"],
+                &v["ExpirationTime"],
+                &v["ExpirationTTL"]
+            ),
+            (
+                &serde_json::json!("management"),
+                &serde_json::json!([]),
+                &serde_json::Value::Null,
+                &serde_json::json!(0)
+            )
+        );
     }
 }

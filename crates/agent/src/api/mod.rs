@@ -8,6 +8,7 @@
 //! (`POST /v1/commands`) keep the model's serde forms.
 
 mod acl;
+mod acl_request;
 mod agent;
 pub mod nomad;
 
@@ -15,7 +16,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use acl::{AclBootstrapRequest, AclTokenRequest, AclTokenView, AgentHealth, HealthStatus};
+pub(crate) use acl::ttl_nanos as acl_ttl_nanos;
+pub use acl::{
+    AclBootstrapRequest, AclTokenListStub, AclTokenRequest, AclTokenView, AgentHealth,
+    HealthStatus, TokenRequestError,
+};
 pub use agent::{AgentSelf, AgentStats, NomadStats, StatsError};
 
 /// The header every answer carries: the index the answer reflects (for a read, the

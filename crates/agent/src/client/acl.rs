@@ -1,4 +1,4 @@
-//! The client's ACL calls: bootstrap, tokens made, listed, read and revoked.
+//! The client's ACL calls: bootstrap, tokens made, listed, read, updated and revoked.
 
 use hyper::Method;
 
@@ -30,6 +30,21 @@ impl Client {
             reason: e.to_string(),
         })?;
         self.post_json("/v1/acl/token", body, None).await
+    }
+
+    /// `POST /v1/acl/token/<accessor>`: a token's new name and rights (its secret
+    /// and expiry stay); answers the token, without its secret.
+    pub async fn acl_update_token(
+        &self,
+        accessor: &str,
+        request: &AclTokenRequest,
+    ) -> Result<AclTokenView, ClientError> {
+        let body = serde_json::to_vec(request).map_err(|e| ClientError::Decode {
+            url: self.base.clone(),
+            reason: e.to_string(),
+        })?;
+        let path = format!("/v1/acl/token/{}", path_segment(accessor));
+        self.post_json(&path, body, None).await
     }
 
     /// `GET /v1/acl/tokens`: every token, without secrets.

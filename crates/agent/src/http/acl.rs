@@ -1,10 +1,14 @@
-//! `/v1/acl/…`: bootstrap the cluster's ACL once, create, list, read and revoke tokens
-//! (management scope), and read the caller's own token.
+//! `/v1/acl/…`: bootstrap the cluster's ACL once, create, list, read, update and
+//! revoke tokens (management scope), and read the caller's own token — in Nomad's
+//! shapes (`ACLToken`, `ACLTokenListStub`; see [`crate::api::AclTokenView`]), on
+//! Nomad's paths, `PUT` and `POST` alike.
 //!
 //! The server makes every secret and accessor id itself (122 random bits each; the
 //! bootstrap secret may be given, as Nomad allows) and proposes only the secret's
 //! hash: the secret is in the one answer that created the token and nowhere else — not
-//! in the log, the state, a snapshot, the event stream or a log line.
+//! in the log, the state, a snapshot, the event stream or a log line. `GET
+//! /v1/acl/token/self` answers back the secret its caller presented (Nomad shows it
+//! there); a read by accessor, a list or an update never shows one (`SecretID: ""`).
 
 use std::time::Duration;
 
@@ -15,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use schedstate::model::{AclScope, AclToken};
 use schedstate::state::Command;
 
+use super::auth::given_token;
 use super::body::ClientBody;
 use super::body::read_json;
 use super::error::ApiError;
@@ -23,7 +28,9 @@ use super::query::Checked;
 use super::reads::absent;
 use super::writes::commit;
 use super::{AppState, json, with_index};
-use crate::api::{AclBootstrapRequest, AclTokenRequest, AclTokenView};
+use crate::api::{
+    AclBootstrapRequest, AclTokenListStub, AclTokenRequest, AclTokenView, TokenRequestError,
+};
 use crate::service::{Caller, Service, hash_secret, new_uuid, unix_now};
 
 /// The longest a token may be made to live: beyond it, make one without expiry.
@@ -121,17 +128,57 @@ pub(crate) async fn bootstrap(
     }
 }
 
-/// The first whole second at which a token living `ttl` from now has expired:
-/// rounded up, so a token never lives less than asked (at most a second more).
-fn expires_after(ttl: Duration) -> u64 {
-    let end = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        + ttl;
-    end.as_secs() + u64::from(end.subsec_nanos() > 0)
+/// Whole seconds, rounded up.
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// `POST /v1/acl/token`: a new token (management).
+/// A new token's create time: now, rounded up to the second, so that its expiry
+/// (that second plus the TTL, rounded up) is never sooner than asked and the TTL it
+/// answers is the one asked (to the second).
+fn create_time_now() -> u64 {
+    ceil_secs(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default(),
+    )
+}
+
+impl From<TokenRequestError> for ApiError {
+    fn from(e: TokenRequestError) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, e.kind, e.message)
+    }
+}
+
+/// The expiry a create asks for, in seconds since the epoch: `ExpirationTTL` from
+/// now, else `ExpirationTime`; within [`MAX_TTL`] of now, and in the future.
+fn asked_expiry(request: &AclTokenRequest, now: u64) -> Result<Option<u64>, ApiError> {
+    let too_far = || {
+        ApiError::bad_request(format!(
+            "an expiry over {} days away: make a token without expiry instead",
+            MAX_TTL.as_secs() / 86_400
+        ))
+    };
+    if let Some(ttl) = request.ttl()? {
+        if ttl > MAX_TTL {
+            return Err(too_far());
+        }
+        return Ok(Some(now + ceil_secs(ttl)));
+    }
+    let Some(at) = request.expiration_secs()? else {
+        return Ok(None);
+    };
+    if at <= now {
+        return Err(ApiError::bad_request("ExpirationTime is not in the future"));
+    }
+    if at - now > MAX_TTL.as_secs() {
+        return Err(too_far());
+    }
+    Ok(Some(at))
+}
+
+/// `POST`/`PUT /v1/acl/token`: a new token (management) — or, with an
+/// `AccessorID`, an update of that token, as Nomad takes it.
 pub(crate) async fn create(
     State(st): State<AppState>,
     Checked(p): Checked,
@@ -146,22 +193,29 @@ pub(crate) async fn create(
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    let (scopes, ttl) = match (request.scopes(), request.ttl()) {
-        (Ok(s), Ok(t)) => (s, t),
-        (Err(e), _) | (_, Err(e)) => return ApiError::bad_request(e).into_response(),
-    };
-    if ttl.is_some_and(|t| t > MAX_TTL) {
-        return ApiError::bad_request(format!(
-            "ExpirationTTL over {} days: make a token without expiry instead",
-            MAX_TTL.as_secs() / 86_400
-        ))
+    if !request.accessor_id.is_empty() {
+        let accessor = request.accessor_id.clone();
+        return update_token(&st, &key, &accessor, &request, p.pretty).await;
+    }
+    if !request.secret_id.is_empty() {
+        return ApiError::bad_request(
+            "SecretID must be empty: the server makes every secret (the bootstrap token's may be chosen)",
+        )
         .into_response();
     }
+    let scopes = match request.scopes() {
+        Ok(s) => s,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let now = create_time_now();
+    let expiry = match asked_expiry(&request, now) {
+        Ok(e) => e,
+        Err(e) => return e.into_response(),
+    };
     let (secret, accessor) = match (new_id(), new_id()) {
         (Ok(s), Ok(a)) => (s, a),
         (Err(e), _) | (_, Err(e)) => return e.into_response(),
     };
-    let now = unix_now();
     let mut token = AclToken::new(
         accessor.as_str(),
         request.name,
@@ -169,7 +223,7 @@ pub(crate) async fn create(
         hash_secret(&secret),
     );
     token.create_time = now;
-    token.expiration_time = ttl.map(expires_after);
+    token.expiration_time = expiry;
     let tokens = vec![token];
     if let Err(e) = key.refuse(SECRET_ONCE) {
         return e.into_response();
@@ -183,6 +237,92 @@ pub(crate) async fn create(
     }
 }
 
+/// `POST`/`PUT /v1/acl/token/{accessor}`: a token's new name and rights
+/// (management), Nomad's update. Its secret and expiry stay: a body may send them
+/// back as they are (Go's client sends what it read), not change them.
+pub(crate) async fn update(
+    State(st): State<AppState>,
+    Path(accessor): Path<String>,
+    Checked(p): Checked,
+    key: IdempotencyKey,
+    headers: HeaderMap,
+    body: ClientBody,
+) -> Response {
+    if !st.acl {
+        return acl_off().into_response();
+    }
+    let request: AclTokenRequest = match read_json(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if !request.accessor_id.is_empty() && request.accessor_id != accessor {
+        return ApiError::bad_request(format!(
+            "the body's AccessorID {:?} does not match the path's {accessor:?}",
+            request.accessor_id
+        ))
+        .into_response();
+    }
+    update_token(&st, &key, &accessor, &request, p.pretty).await
+}
+
+async fn update_token(
+    st: &AppState,
+    key: &IdempotencyKey,
+    accessor: &str,
+    request: &AclTokenRequest,
+    pretty: bool,
+) -> Response {
+    let scopes = match request.scopes() {
+        Ok(s) => s,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let Some(stored) = st.server.read_stale().view().acl_token(accessor) else {
+        return ApiError::not_found("AclTokenNotFound", format!("no ACL token {accessor:?}"))
+            .into_response();
+    };
+    if !request.secret_id.is_empty() && hash_secret(&request.secret_id) != stored.secret_hash {
+        return ApiError::bad_request(
+            "a token's SecretID cannot be changed: make a new token and revoke this one",
+        )
+        .into_response();
+    }
+    let ttl = match request.ttl() {
+        Ok(t) => t.map_or(0, |t| t.as_nanos()),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let at = match request.expiration_secs() {
+        Ok(a) => a,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let kept_ttl = ttl == 0 || ttl == u128::from(crate::api::acl_ttl_nanos(&stored));
+    let kept_time = at.is_none() || at == stored.expiration_time;
+    if !kept_ttl || !kept_time {
+        return ApiError::bad_request(
+            "a token's expiry cannot be changed: make a new token and revoke this one",
+        )
+        .into_response();
+    }
+    let command = Command::UpdateAclToken {
+        accessor_id: accessor.into(),
+        name: request.name.clone(),
+        scopes,
+    };
+    match commit(st, key, command).await {
+        Ok(index) => {
+            tracing::info!(accessor = %accessor, index, "ACL token updated");
+            match st.server.read_stale().view().acl_token(accessor) {
+                Some(t) => json(st, StatusCode::OK, index, &AclTokenView::of(&t), pretty),
+                None => ApiError::not_found(
+                    "AclTokenNotFound",
+                    format!("the token {accessor:?} was revoked since"),
+                )
+                .into_response(),
+            }
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
 /// `GET /v1/acl/tokens`: every token, without secrets (management).
 pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Response {
     if !st.acl {
@@ -190,7 +330,10 @@ pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Res
     }
     let snapshot = st.server.read_stale();
     let view = snapshot.view();
-    let tokens: Vec<AclTokenView> = view.acl_tokens().map(|t| AclTokenView::of(&t)).collect();
+    let tokens: Vec<AclTokenListStub> = view
+        .acl_tokens()
+        .map(|t| AclTokenListStub::of(&t))
+        .collect();
     let index = view.table_index(schedstate::Table::AclTokens);
     json(&st, StatusCode::OK, index, &tokens, p.pretty)
 }
@@ -225,20 +368,20 @@ pub(crate) async fn read(
     }
 }
 
-/// `GET /v1/acl/token/self`: the caller's own token (any valid token).
+/// `GET /v1/acl/token/self`: the caller's own token (any valid token), with the
+/// secret it presented, as Nomad answers it.
 pub(crate) async fn own(
     State(st): State<AppState>,
     Extension(caller): Extension<Caller>,
     Checked(p): Checked,
+    headers: HeaderMap,
 ) -> Response {
     match caller.token {
-        Some(t) => json(
-            &st,
-            StatusCode::OK,
-            t.modify_index,
-            &AclTokenView::of(&t),
-            p.pretty,
-        ),
+        Some(t) => {
+            let mut view = AclTokenView::of(&t);
+            view.secret_id = given_token(&headers).map(str::to_string);
+            json(&st, StatusCode::OK, t.modify_index, &view, p.pretty)
+        }
         None => acl_off().into_response(),
     }
 }

@@ -226,7 +226,10 @@ pub(crate) fn router(st: AppState) -> Router {
         .route("/v1/acl/token", post(acl::create).put(acl::create))
         .route(
             "/v1/acl/token/{accessor}",
-            get(acl::read).delete(acl::revoke),
+            get(acl::read)
+                .delete(acl::revoke)
+                .post(acl::update)
+                .put(acl::update),
         )
         .route_layer(from_fn(idempotency::mark_replays))
         .route_layer(need(Need::Scope(AclScope::Management)));

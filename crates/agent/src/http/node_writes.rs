@@ -13,6 +13,12 @@
 //! so that a request cut between them leaves the node no more eligible than asked:
 //! ineligible before the drain starts, eligible after it ends. Each write has its own
 //! key under the request's `Idempotency-Key`, so a retry finishes the pair.
+//!
+//! As in Nomad, a draining node cannot be made eligible through
+//! `/v1/node/{id}/eligibility` (400 `NodeDraining`): end the drain with
+//! `MarkEligible` instead. The check reads the answering server's state, so a drain
+//! started an instant before on another server may not be seen yet; the store's own
+//! `POST /v1/commands` keeps the two apart and checks nothing of the kind.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -75,6 +81,21 @@ pub(crate) async fn eligibility(
             .into_response();
         }
     };
+    let draining = eligible
+        && st
+            .server
+            .read_stale()
+            .view()
+            .node(&id)
+            .is_some_and(|n| n.drain);
+    if draining {
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "NodeDraining",
+            "can not set node's scheduling eligibility to eligible while it is draining: end the drain with MarkEligible",
+        )
+        .into_response();
+    }
     let command = Command::UpdateNodeEligibility {
         id: id.as_str().into(),
         eligible,

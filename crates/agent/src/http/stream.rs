@@ -27,6 +27,7 @@ use crate::events::{EventBuffer, Since, TopicFilter};
 use std::sync::Arc;
 
 use crate::service::{Caller, ClientKeys, CountPermit};
+use schedstate::model::AclScope;
 use schedstate::state::Commit;
 
 /// At most this many writes are taken from the buffer per lock (more than the
@@ -156,7 +157,7 @@ async fn next_chunk(mut s: Open) -> Option<(Result<Bytes, std::convert::Infallib
             continue;
         }
         s.newest.mark_unchanged();
-        if let Err(e) = s.st.still_valid(&s.caller) {
+        if let Err(e) = s.st.still_valid(&s.caller, AclScope::Read) {
             let body = ErrorBody {
                 kind: e.kind().into(),
                 message: format!("{e}: the stream ends"),

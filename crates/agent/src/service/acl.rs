@@ -153,12 +153,13 @@ impl Service {
     }
 
     /// Whether a caller let in earlier still may call: its token not revoked (nor
-    /// replaced) and not expired. What a long-lived request (the event stream) checks
-    /// as it goes on.
+    /// replaced), not expired, and still holding `scope` (a token's scopes may be
+    /// updated). What a long-lived request (the event stream) checks as it goes on.
     ///
     /// # Errors
-    /// [`AuthError::Unknown`] revoked, [`AuthError::Expired`].
-    pub(crate) fn still_valid(&self, caller: &Caller) -> Result<(), AuthError> {
+    /// [`AuthError::Unknown`] revoked, [`AuthError::Expired`],
+    /// [`AuthError::Denied`] no longer in the scope.
+    pub(crate) fn still_valid(&self, caller: &Caller, scope: AclScope) -> Result<(), AuthError> {
         let Some(token) = &caller.token else {
             return Ok(());
         };
@@ -172,6 +173,11 @@ impl Service {
                 if t.expired_at(unix_now()) {
                     Err(AuthError::Expired {
                         accessor: t.accessor_id.to_string(),
+                    })
+                } else if !t.allows(scope) {
+                    Err(AuthError::Denied {
+                        accessor: t.accessor_id.to_string(),
+                        needed: scope,
                     })
                 } else {
                     Ok(())

@@ -137,6 +137,12 @@ fn routes() -> Vec<Route> {
         r("GET", "/v1/acl/token/nobody", AclScope::Management),
         r("DELETE", "/v1/acl/token/nobody", AclScope::Management),
         Route {
+            method: "PUT",
+            path: "/v1/acl/token/nobody",
+            body: Some(br#"{"Name":"x","Type":"client","Policies":["read"]}"#.to_vec()),
+            needs: AclScope::Management,
+        },
+        Route {
             method: "POST",
             path: "/v1/acl/token",
             body: Some(br#"{"Name":"x","Scopes":["read"]}"#.to_vec()),

@@ -7,11 +7,16 @@ use serde_json::{Value, json};
 use crate::support::{Agents, alloc};
 use crate::upsert;
 
-const TOKEN: &str = "go-client-management-secret";
+pub(crate) const TOKEN: &str = "go-client-management-secret";
 
 /// Sends `body` as Go's client does: the method given, the token in `X-Nomad-Token`,
 /// no `Content-Type` (reqwest sets none for a byte body).
-async fn go(agents: &Agents, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+pub(crate) async fn go(
+    agents: &Agents,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let mut req = crate::support::http()
         .request(method.parse().unwrap(), agents.url(0, path))
         .header("X-Nomad-Token", TOKEN);
@@ -295,7 +300,8 @@ async fn unknown_tokens_are_403_and_self_of_one_is_404() {
 
 /// `Nodes().UpdateDrain` as Go sends it: starting a drain marks the node ineligible
 /// (a system job's expected count follows), the node carries a `DrainStrategy` while
-/// it drains; ending it leaves the node ineligible unless `MarkEligible`.
+/// it drains and cannot be made eligible; ending it leaves the node ineligible unless
+/// `MarkEligible`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_on_nomads_path_sets_eligibility_and_a_strategy() {
     let agents = Agents::start(1, Some(TOKEN)).await;
@@ -343,6 +349,36 @@ async fn a_drain_on_nomads_path_sets_eligibility_and_a_strategy() {
     assert_eq!(strategy["ForceDeadline"], "0001-01-01T00:00:00Z");
     assert_eq!(strategy["StartedAt"], "0001-01-01T00:00:00Z");
     assert_eq!(expected().await, 0);
+    // Draining, it cannot be made eligible (Nomad's refusal); ineligible again is
+    // no change.
+    let elig = |e: &str| json!({"NodeID": "n1", "Eligibility": e});
+    let (s, e) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/eligibility",
+        Some(&elig("eligible")),
+    )
+    .await;
+    assert_eq!((s, &e["kind"]), (400, &json!("NodeDraining")), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("while it is draining")
+    );
+    let (s, _) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/eligibility",
+        Some(&elig("ineligible")),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (_, n) = go(&agents, "GET", "/v1/node/n1", None).await;
+    assert_eq!(
+        (&n["Drain"], &n["SchedulingEligibility"]),
+        (&json!(true), &json!("ineligible"))
+    );
 
     // Ended without MarkEligible: not draining, still ineligible, no strategy.
     let (s, v) = go(
@@ -363,6 +399,17 @@ async fn a_drain_on_nomads_path_sets_eligibility_and_a_strategy() {
         (&json!(false), &json!("ineligible"), &Value::Null)
     );
     assert_eq!(expected().await, 0);
+    // Once the drain is over, eligibility is the node's own again.
+    let (s, _) = go(
+        &agents,
+        "PUT",
+        "/v1/node/n1/eligibility",
+        Some(&elig("eligible")),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (_, n) = go(&agents, "GET", "/v1/node/n1", None).await;
+    assert_eq!(n["SchedulingEligibility"], "eligible");
 
     // Again, ended with MarkEligible: eligible, counted again.
     let (s, _) = go(

@@ -24,7 +24,7 @@ mod alloc;
 mod csi;
 mod job;
 mod node;
-mod time;
+pub(crate) mod time;
 mod volume;
 
 pub use alloc::{NomadAllocListStub, NomadAllocation};
