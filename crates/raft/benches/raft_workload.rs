@@ -7,8 +7,11 @@
 //! ```text
 //! cargo bench -p schedstate-raft --bench raft_workload -- [-nodes 1000] [-clients 1,16,64]
 //!     [-secs 5] [-warmup 0.5] [-failovers 5] [-failover-clients 4] [-nomad-timeouts]
-//!     [-servers 3]
+//!     [-servers 3] [-restarts 5]
 //! ```
+//! `-restarts N` adds N planned restarts of the leader after the failovers (a hand-over,
+//! then a stop and a start, as `schedstate agent` does on SIGTERM: `restarts.rs`); the
+//! peer has no such rounds.
 //! Differences, stated: the peer's preload command (nodes and their allocs in one
 //! entry) is two entries here (`UpsertAllocs`, then `UpsertNodes`); "nothing lost" is
 //! checked from the state (every acknowledged write's node has a modify index at or
@@ -24,6 +27,8 @@ mod dataset;
 #[path = "../../../benches/workload/report.rs"]
 #[allow(dead_code)]
 mod report;
+#[path = "raft_workload/restarts.rs"]
+mod restarts;
 #[path = "../../../benches/common/splitmix.rs"]
 #[allow(dead_code)]
 mod splitmix;
@@ -59,6 +64,8 @@ struct Flags {
     warmup: f64,
     failovers: usize,
     failover_clients: usize,
+    /// Planned restarts of the leader after the failovers.
+    restarts: usize,
     /// Servers in the cluster (the peer runs three; five for the failover bars).
     servers: usize,
     nomad_timeouts: bool,
@@ -78,6 +85,7 @@ fn parse_flags() -> Flags {
         warmup: 0.5,
         failovers: 5,
         failover_clients: 4,
+        restarts: 0,
         servers: 3,
         nomad_timeouts: false,
         timeouts: None,
@@ -109,6 +117,7 @@ fn parse_flags() -> Flags {
             "failovers" => f.failovers = value.parse().expect("-failovers N"),
             "failover-clients" => f.failover_clients = value.parse().expect("-failover-clients N"),
             "servers" => f.servers = value.parse().expect("-servers N"),
+            "restarts" => f.restarts = value.parse().expect("-restarts N"),
             "timeouts" => {
                 let v: Vec<u64> = value
                     .split(',')
@@ -285,16 +294,19 @@ async fn client_loop(sh: Clients, seed: u64) -> u64 {
     let mut g = SplitMix64(seed);
     let mut errors = 0;
     let mut leader = cluster.wait_leader(None).await;
+    // When the write being tried was first tried: a write's latency includes its
+    // retries (on a new leader after a failover or a hand-over).
+    let mut first_try: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         let i = g.intn(ds.nodes);
         let k = g.intn(2);
         let write_id = next_id.fetch_add(1, Ordering::Relaxed);
+        let t0 = *first_try.get_or_insert_with(Instant::now);
         let Some(node) = flip(&leader, &ds, i, k, write_id) else {
             errors += 1;
             leader = cluster.wait_leader(None).await;
             continue;
         };
-        let t0 = Instant::now();
         let result = tokio::time::timeout(
             Duration::from_secs(30),
             leader.propose(Command::UpsertNode { node }),
@@ -303,6 +315,7 @@ async fn client_loop(sh: Clients, seed: u64) -> u64 {
         let t1 = Instant::now();
         match result {
             Ok(Ok(c)) => {
+                first_try = None;
                 acks.lock().push((i, k, write_id, c.index));
                 first_ack_by.lock().push((t1, leader.id()));
                 if let Some((from, to)) = *window.lock()
@@ -664,6 +677,16 @@ async fn run(f: Flags) {
                 ("client_errors", errors as f64),
             ],
         );
+    }
+
+    // ---- planned restarts ----
+    if f.restarts > 0 {
+        let clients = Clients::new(&cluster, &ds, &next_id, &all_acks);
+        let handles = clients.spawn(f.failover_clients, 95_000);
+        rep.mark();
+        restarts::run(&f, &cluster, &clients, &mut rep).await;
+        let errors = clients.stop(handles).await;
+        println!("# restart client_errors={errors}");
     }
 
     // ---- final consistency ----

@@ -87,6 +87,11 @@ impl Server {
             }
             tokio::time::sleep(STEP_DOWN_RETRY).await;
         }
+        // Stepped down: this server does not stand again while the target takes
+        // over. With five voters the target's first try cannot win (the others
+        // refuse within their lease of this leader), and this server — as caught up
+        // as the target — would otherwise race it when the leases run out.
+        let _held = HeldElections::new(self.elections());
         let addr = self.members().0.get(&target).cloned().unwrap_or_default();
         let request = TimeoutNowRequest {
             from: self.id(),
@@ -214,9 +219,50 @@ impl Server {
                 request.from, request.term
             ));
         }
-        match self.raft().trigger().elect().await {
-            Ok(()) => TimeoutNowAnswer::Standing,
-            Err(e) => TimeoutNowAnswer::Refused(e.to_string()),
+        if let Err(e) = self.raft().trigger().elect().await {
+            return TimeoutNowAnswer::Refused(e.to_string());
         }
+        // The old leader's vote and this one are a majority of three; of five, the
+        // others refuse any vote until their lease of the old leader runs out. Then
+        // stand again, sanctioned by the hand-over, before their own timers would
+        // (a lease and an election timeout).
+        let server = self.clone();
+        let lease = self.elections().lease();
+        let term = request.term;
+        tokio::spawn(async move {
+            tokio::time::sleep(lease + STAND_AGAIN_MARGIN).await;
+            let standing_again = {
+                let metrics = server.raft().metrics();
+                let m = metrics.borrow();
+                m.current_leader.is_none() && m.current_term <= term
+            };
+            if standing_again {
+                tracing::info!(
+                    id = server.id(),
+                    "the hand-over's first election did not win: standing again"
+                );
+                let _ = server.raft().trigger().elect().await;
+            }
+        });
+        TimeoutNowAnswer::Standing
+    }
+}
+
+/// How long after the others' lease a hand-over's target stands again.
+const STAND_AGAIN_MARGIN: Duration = Duration::from_millis(20);
+
+/// A hold on this server's elections, released when dropped.
+struct HeldElections<'a>(&'a crate::elections::Elections);
+
+impl<'a> HeldElections<'a> {
+    fn new(elections: &'a crate::elections::Elections) -> Self {
+        elections.hold();
+        HeldElections(elections)
+    }
+}
+
+impl Drop for HeldElections<'_> {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
