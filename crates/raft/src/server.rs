@@ -7,110 +7,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{InitializeError, RaftError};
-use openraft::{BasicNode, ChangeMembers, Config, Raft, SnapshotPolicy};
+use openraft::{BasicNode, ChangeMembers, Raft};
 use parking_lot::Mutex;
-use schedstate::state::{Command, StateReader, StateSnapshot, StateStore};
+use schedstate::state::{StateReader, StateSnapshot, StateStore};
 
 use crate::batcher::Batcher;
 use crate::elections::Elections;
-use crate::error::{ClusterError, OpenError, ProposeError};
+use crate::error::{ClusterError, OpenError};
 use crate::inbound::ServerView;
-use crate::log_store::{LogOpenReport, LogOptions, LogStats, LogStore};
+use crate::log_store::{LogOpenReport, LogStats, LogStore};
 use crate::network::{BoxFuture, ErasedNetwork, Factory, Network};
-use crate::observe::ApplyObserver;
 use crate::read_barrier::ReadBarrier;
 use crate::read_index::ReadIndexError;
 use crate::snapshot_cadence::SnapshotCadence;
 use crate::snapshot_receiver::{CheckedSnapshot, SnapshotReceiver};
 use crate::state_machine::{Applied, StateMachine};
-use crate::write_keys::{KeptOutcome, KeyCheck, WriteKey, WriteKeys, kept_answer};
+use crate::write_keys::WriteKeys;
 use crate::{NodeId, TypeConfig};
 
+mod options;
 mod snapshot_install;
+mod writes;
 
-/// A command that committed and was applied: its log index, which is also the write
-/// index of the state it produced (for read-your-writes and blocking queries).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Committed {
-    /// The Raft log index of the entry.
-    pub index: u64,
-    /// Whether this answers a retry: the command's write key was kept from an earlier
-    /// apply at `index`, and nothing was applied again.
-    pub replayed: bool,
-}
-
-impl Committed {
-    /// A command applied at `index` (not a replay).
-    pub fn at(index: u64) -> Committed {
-        Committed {
-            index,
-            replayed: false,
-        }
-    }
-}
-
-/// How a server runs.
-#[derive(Debug, Clone)]
-pub struct ServerOptions {
-    /// openraft's configuration (timeouts, snapshot policy, batch sizes).
-    pub raft: Config,
-    /// The log's segment size.
-    pub log: LogOptions,
-    /// Told of every applied entry and installed snapshot (event streams, metrics).
-    pub on_apply: Option<ApplyObserver>,
-    /// The largest snapshot received from a leader: the chunks are held in memory
-    /// until the last one, and a transfer growing past this is refused.
-    pub max_snapshot_bytes: u64,
-    /// A snapshot once this many commands were applied since the last one (or a
-    /// sixteenth of the state's rows, if more), besides `raft.snapshot_policy`'s count
-    /// of entries: a restarted server re-applies everything after its newest
-    /// snapshot, and one entry may carry hundreds of commands.
-    pub snapshot_after_commands: u64,
-}
-
-impl Default for ServerOptions {
-    /// Heartbeat every 40 ms, election timeout 100–200 ms. A follower that knew a
-    /// leader waits the leader's lease (the maximum election timeout) *plus* its own
-    /// election timeout before it asks to stand (PreVote, `elections.rs`, which keeps
-    /// openraft 0.9's timing: its lease refuses votes until then), so a follower
-    /// stands 300–400 ms after the last heartbeat: failover p50 ≤ 0.5 s and max
-    /// ≤ 1 s, with room for a loaded machine to miss seven heartbeats before anyone
-    /// stands; a leader that hears no quorum for its lease (200 ms) steps down (CheckQuorum). (At 200–400 ms the same rules gave 600–800 ms, 1.4–1.6 s at worst.) A
-    /// snapshot every 10,000 entries, keeping 1,000 entries behind it for followers
-    /// that lag a little. At most 64 entries per `AppendEntries`: a new leader knows
-    /// no follower's log and openraft 0.9 finds where each matches by probing from
-    /// the oldest entry it keeps, halving the distance to its last each round, every
-    /// probe carrying up to this many entries the follower already has — at 512 the
-    /// probes took 40–120 ms (up to 500) between an election and the first commit
-    /// on five servers, at 64 they take 11–33 ms. A follower far behind catches up
-    /// in more, smaller rounds (rejoin measured no slower). Snapshots received up to 4 GiB (a 200,000-node state is well
-    /// under that); a snapshot chunk may take up to
-    /// [`SNAPSHOT_INSTALL_DEADLINE`](crate::wire::SNAPSHOT_INSTALL_DEADLINE), since
-    /// the last one is answered once the whole snapshot is checked and installed
-    /// (openraft's 200 ms made a large snapshot time out and start over forever).
-    /// Also a snapshot every 20,000 commands (`snapshot_after_commands`), so a
-    /// restart re-applies at most about that many (0.2–0.5 s to open at 1,000 nodes,
-    /// where 10,000 entries of 32 commands took 10 s).
-    fn default() -> Self {
-        ServerOptions {
-            raft: Config {
-                cluster_name: "schedstate".into(),
-                heartbeat_interval: 40,
-                election_timeout_min: 100,
-                election_timeout_max: 200,
-                max_payload_entries: 64,
-                snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
-                max_in_snapshot_log_to_keep: 1_000,
-                install_snapshot_timeout: crate::wire::SNAPSHOT_INSTALL_DEADLINE.as_millis() as u64,
-                ..Config::default()
-            },
-            log: LogOptions::default(),
-            on_apply: None,
-            max_snapshot_bytes: 4 << 30,
-            snapshot_after_commands: 20_000,
-        }
-    }
-}
+pub use options::{Committed, ServerOptions};
 
 /// One server of a replicated store. Cheap to clone.
 ///
@@ -309,101 +228,6 @@ impl Server {
             Err(RaftError::APIError(e)) => Err(ClusterError::Unavailable(e.to_string())),
             Err(RaftError::Fatal(_)) => Err(ClusterError::Stopped),
         }
-    }
-
-    /// Proposes `command`: returns once it is committed by a quorum and applied here
-    /// (the leader), with its index. Proposals made while earlier ones are in flight
-    /// share a log entry (and its index): one append and one fsync for all of them.
-    ///
-    /// # Errors
-    /// [`ProposeError::Invalid`] when it breaks an input rule (nothing proposed);
-    /// [`ProposeError::Refused`] with the typed [`StateError`](schedstate::state::StateError)
-    /// when the rules refuse it on the state (it is still a committed, no-op entry);
-    /// [`ProposeError::NotLeader`] naming the leader; see [`ProposeError`] for when the
-    /// outcome is unknown.
-    pub async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
-        self.propose_keyed(command, None).await
-    }
-
-    /// As [`propose`](Self::propose), exactly once per `key`: a key this server's state
-    /// machine already kept (it is applied here) is answered at once with the first
-    /// apply's outcome ([`Committed::replayed`], or the refusal at its index), another
-    /// request under the same key with [`ProposeError::KeyReused`]; a new key goes into
-    /// the entry beside the command, so two retries in flight still apply once.
-    ///
-    /// # Errors
-    /// As [`propose`](Self::propose), and [`ProposeError::KeyReused`].
-    pub async fn propose_keyed(
-        &self,
-        command: Command,
-        key: Option<WriteKey>,
-    ) -> Result<Committed, ProposeError> {
-        // The input rules need no state: a command that breaks one costs no log entry.
-        command
-            .check_input()
-            .map_err(|e| ProposeError::invalid(&e))?;
-        if let Some(answer) = self.known_outcome(key.as_ref()) {
-            return answer;
-        }
-        self.inner.batcher.propose(command, key).await
-    }
-
-    /// The answer for a write whose key this server's state machine already kept
-    /// (applied here, so final): its first outcome, or the refusal of a reused key.
-    fn known_outcome(&self, key: Option<&WriteKey>) -> Option<Result<Committed, ProposeError>> {
-        let check = self.inner.keys.lock().check(key?);
-        match check {
-            KeyCheck::Fresh => None,
-            KeyCheck::Replay(kept) => Some(kept_answer(kept.index, kept.refusal)),
-            KeyCheck::Reused { index } => Some(Err(ProposeError::KeyReused { index })),
-        }
-    }
-
-    /// How many write keys this server's state machine keeps.
-    pub fn write_keys_kept(&self) -> usize {
-        self.inner.keys.lock().len()
-    }
-
-    /// The outcome kept for the write key `id` on this server, if it holds one.
-    pub fn kept_write(&self, id: &[u8; 32]) -> Option<KeptOutcome> {
-        self.inner.keys.lock().get(id).cloned()
-    }
-
-    /// Proposes `command` here, or, when this server is not the leader, forwards it to
-    /// the leader it knows of over the network. A forwarded proposal is abandoned as
-    /// soon as this server sees the leadership move, answered
-    /// [`ProposeError::Unavailable`] (outcome unknown) rather than waiting on a
-    /// paused or lost leader; see [`propose_or_forward_keyed`](Self::propose_or_forward_keyed)
-    /// for one that is sent again instead.
-    ///
-    /// # Errors
-    /// As [`propose`](Self::propose); a refusal forwarded over a network that carries
-    /// only kind and message is [`ProposeError::RefusedRemotely`].
-    pub async fn propose_or_forward(&self, command: Command) -> Result<Committed, ProposeError> {
-        self.propose_or_forward_keyed(command, None).await
-    }
-
-    /// [`propose_keyed`](Self::propose_keyed) here, or forwarded with its key to the
-    /// leader — and, with a key, sent again to the new leader when the one it was
-    /// forwarded to stops answering or leading, for up to
-    /// [`FORWARD_DEADLINE`](crate::FORWARD_DEADLINE): the key makes the retry safe.
-    ///
-    /// # Errors
-    /// As [`propose_or_forward`](Self::propose_or_forward), and
-    /// [`ProposeError::KeyReused`].
-    pub async fn propose_or_forward_keyed(
-        &self,
-        command: Command,
-        key: Option<WriteKey>,
-    ) -> Result<Committed, ProposeError> {
-        command
-            .check_input()
-            .map_err(|e| ProposeError::invalid(&e))?;
-        // A retry of a write this server already applied needs no leader.
-        if let Some(answer) = self.known_outcome(key.as_ref()) {
-            return answer;
-        }
-        crate::forward::propose_or_forward(self, command, key).await
     }
 
     /// Its election timing (`elections.rs`).
