@@ -1,5 +1,7 @@
 //! The watch phases: `blocking_wake` (a sync, then an async waiter),
-//! `watch_granularity`, and `blocking_wake_many`.
+//! `watch_granularity`, `blocking_wake_many`, and schedstate's own
+//! `thread_wake_floor` (the peer has none): what waking a parked thread costs on this
+//! machine at all, the floor under every synchronous wake above.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -30,6 +32,62 @@ pub fn run(ctx: &mut Ctx, rep: &mut Reporter, f: &Flags) {
     watch_granularity(ctx, rep, f);
     rep.mark();
     blocking_wake_many(ctx, rep, f);
+    rep.mark();
+    thread_wake_floor(rep, f.wake_rounds);
+}
+
+/// A bare wake of a parked thread, shaped as the wake phases are: the waiter parks
+/// (`thread::park`, a futex on Linux), the writer sleeps 1 ms so that it is parked,
+/// reads the clock and unparks it; the latency runs to the waiter's clock after it
+/// woke. No store, no watch: the OS's part of every synchronous wake above, measured
+/// in the same run.
+fn thread_wake_floor(rep: &mut Reporter, rounds: usize) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let go = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (woke_tx, woke_rx) = mpsc::channel::<Instant>();
+    let mut wake = Vec::with_capacity(rounds);
+    thread::scope(|s| {
+        let go = &go;
+        let waiter = s.spawn(move || {
+            for _ in 0..rounds {
+                go.store(false, Ordering::Release);
+                if ready_tx.send(()).is_err() {
+                    return;
+                }
+                while !go.load(Ordering::Acquire) {
+                    thread::park();
+                }
+                if woke_tx.send(Instant::now()).is_err() {
+                    return;
+                }
+            }
+        });
+        let handle = waiter.thread().clone();
+        for _ in 0..rounds {
+            ready_rx
+                .recv_timeout(WAKE_TIMEOUT)
+                .expect("thread_wake_floor: waiter never got ready");
+            thread::sleep(Duration::from_millis(1));
+            let t0 = Instant::now();
+            go.store(true, Ordering::Release);
+            handle.unpark();
+            let w = woke_rx
+                .recv_timeout(WAKE_TIMEOUT)
+                .expect("thread_wake_floor: no wake report");
+            wake.push(signed_ns(w, t0));
+        }
+    });
+    rep.emit(
+        "thread_wake_floor",
+        pct(&wake, 0.5) as f64,
+        rounds as u64,
+        &[
+            ("p50_us", us(pct(&wake, 0.50))),
+            ("p99_us", us(pct(&wake, 0.99))),
+            ("max_us", us(pct(&wake, 1.0))),
+        ],
+    );
 }
 
 /// The peer's `blocking_wake`: a waiter watches plugin-00 (one key); the writer stores
