@@ -15,6 +15,7 @@ mod persist_corruption;
 mod persist_faults;
 mod persist_golden;
 mod persist_golden_v2;
+mod persist_golden_v2_acl;
 mod persist_group;
 mod persist_modes;
 mod persist_prealloc;
