@@ -1,4 +1,4 @@
-//! The snapshot format, version 2: the whole state in one checksummed stream.
+//! The snapshot format, version 3: the whole state in one checksummed stream.
 //!
 //! ```text
 //! file   := MAGIC "SCHEDSNP" | VERSION u32 | HEADER_LEN u32 | HEADER | HEADER_CRC u32
@@ -11,8 +11,10 @@
 //! The tables are those the header lists, each at most once, in any order; one not
 //! listed is empty (the `acl_tokens` and `jobs` tables are listed only once written).
 //! Version 2 added jobs: the `jobs` table, an allocation's job version and a plugin's
-//! job expectations. Version 1 files still load: their allocation and plugin rows
-//! decode through their version-1 shapes ([`crate::state::v1`]), with no jobs.
+//! job expectations. Version 3 added a job's registered definition to its row.
+//! Version 1 and 2 files still load: version 1's allocation and plugin rows decode
+//! through their version-1 shapes ([`crate::state::v1`]), with no jobs; version 2's job
+//! rows through their version-2 shape ([`crate::state::v2`]), with no definitions.
 //! Integers are little-endian; checksums are CRC-32 (IEEE) — the header's covers
 //! everything before it, the body's the body. Rows are streamed: writing never holds a
 //! second copy of the state, and reading checks every length against a cap before
@@ -27,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
 use crate::state::v1::{AllocationV1, CsiPluginV1};
+use crate::state::v2::JobV2;
 use crate::state::{Restore, StateError, StateSnapshot, StateStore, Table};
 
 use super::error::{PersistError, Result};
@@ -35,7 +38,7 @@ use super::error::{PersistError, Result};
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDSNP";
 /// The snapshot format version this build writes (it reads this one and every one
 /// from [`OLDEST_SNAPSHOT_VERSION`]).
-pub const SNAPSHOT_VERSION: u32 = 2;
+pub const SNAPSHOT_VERSION: u32 = 3;
 /// The oldest snapshot format version this build reads.
 pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
 /// The largest header accepted.
@@ -392,6 +395,7 @@ fn read_row<R: Read>(
         Table::CsiPlugins => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
         Table::CsiVolumes => restore.volume(i.row::<CsiVolume>(buf)?)?,
         Table::AclTokens => restore.acl_token(i.row::<AclToken>(buf)?)?,
+        Table::Jobs if version <= 2 => restore.job(i.row::<JobV2>(buf)?.into())?,
         Table::Jobs => restore.job(i.row::<Job>(buf)?)?,
     }
     Ok(())

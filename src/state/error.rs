@@ -40,6 +40,15 @@ pub enum StateError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A job or volume registered in namespace `*`, which names every namespace in a
+    /// read: no read or write of one row could name it (an input rule).
+    #[error(
+        "a {what} cannot be registered in namespace \"*\", which names every namespace in a read; name one namespace"
+    )]
+    WildcardNamespace {
+        /// `job` or `volume`.
+        what: &'static str,
+    },
     /// A required field is empty.
     #[error("{what}: {field} is required")]
     MissingField {
@@ -231,6 +240,7 @@ impl StateError {
             StateError::EmptyRequest { .. } => "EmptyRequest",
             StateError::MissingField { .. } => "MissingField",
             StateError::InvalidInput { .. } => "InvalidInput",
+            StateError::WildcardNamespace { .. } => "WildcardNamespace",
             StateError::FingerprintHalves { .. } => "FingerprintHalves",
             StateError::FingerprintMismatch { .. } => "FingerprintMismatch",
             StateError::NodeNotFound(_) => "NodeNotFound",

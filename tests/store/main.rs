@@ -28,6 +28,7 @@ mod state_batch;
 mod state_blocking;
 mod state_claims;
 mod state_input;
+mod state_job_definitions;
 mod state_jobs;
 mod state_model;
 mod state_nodes_allocs;

@@ -8,6 +8,7 @@ mod go_client;
 mod health;
 mod hostile;
 mod idempotency;
+mod job_definitions;
 mod jobs;
 mod namespaces;
 mod nomad;
