@@ -19,7 +19,7 @@ mod stub;
 mod volume;
 mod volume_requests;
 
-pub use acl::{AclScope, AclToken};
+pub use acl::{AclSalt, AclScope, AclToken, unsalted_digest};
 pub use alloc::{Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
 pub use csi_info::{CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiTopology};
 pub use fingerprints::Fingerprints;

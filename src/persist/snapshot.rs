@@ -9,9 +9,11 @@
 //!           LEN u32 | postcard(row)
 //! ```
 //! The tables are those the header lists, each at most once, in any order; one not
-//! listed is empty (the `acl_tokens` and `jobs` tables are listed only once written).
+//! listed is empty (the `acl_tokens` and `jobs` tables are listed only once written;
+//! `acl_salt`, the cluster's ACL salt — one row, version 3 — only once set).
 //! Version 2 added jobs: the `jobs` table, an allocation's job version and a plugin's
-//! job expectations. Version 3 added a job's registered definition to its row.
+//! job expectations. Version 3 added a job's registered definition to its row and the
+//! `acl_salt` section.
 //! Version 1 and 2 files still load: version 1's allocation and plugin rows decode
 //! through their version-1 shapes ([`crate::state::v1`]), with no jobs; version 2's job
 //! rows through their version-2 shape ([`crate::state::v2`]), with no definitions.
@@ -28,6 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
+use crate::state::AclSaltRow;
 use crate::state::v1::{AllocationV1, CsiPluginV1};
 use crate::state::v2::JobV2;
 use crate::state::{Restore, StateError, StateSnapshot, StateStore, Table};
@@ -41,6 +44,8 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDSNP";
 pub const SNAPSHOT_VERSION: u32 = 3;
 /// The oldest snapshot format version this build reads.
 pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
+/// The name of the ACL salt's section in the header (not a [`Table`]).
+const ACL_SALT: &str = "acl_salt";
 /// The largest header accepted.
 const MAX_HEADER: u32 = 1 << 20;
 /// The largest single row accepted.
@@ -108,7 +113,8 @@ pub(crate) fn write_snapshot<W: Write>(
     // one is byte for byte what a build before the table wrote (and still reads).
     let acl = v.acl_bootstrapped();
     let jobs = v.table_index(Table::Jobs) > 0;
-    let tables = Table::ALL
+    let salt = v.acl_salt_row();
+    let mut tables: Vec<TableHeader> = Table::ALL
         .iter()
         .filter(|t| (acl || **t != Table::AclTokens) && (jobs || **t != Table::Jobs))
         .map(|&table| TableHeader {
@@ -117,6 +123,13 @@ pub(crate) fn write_snapshot<W: Write>(
             rows: v.row_count(table) as u64,
         })
         .collect();
+    if let Some(salt) = &salt {
+        tables.push(TableHeader {
+            name: ACL_SALT.to_string(),
+            index: salt.create_index,
+            rows: 1,
+        });
+    }
     let header = SnapshotHeader {
         last_applied: v.last_applied(),
         tables,
@@ -174,6 +187,9 @@ pub(crate) fn write_snapshot<W: Write>(
     }
     for job in v.jobs() {
         row(&mut o, &*job)?;
+    }
+    if let Some(salt) = &salt {
+        row(&mut o, &**salt)?;
     }
     o.put_crc().map_err(&e)?;
     o.w.flush().map_err(&e)?;
@@ -334,10 +350,16 @@ pub(crate) fn read_snapshot<R: Read>(
             reason: format!("header does not decode: {err}"),
         })?;
 
-    let mut tables: Vec<(Table, &TableHeader)> = Vec::new();
+    // `None`: the ACL salt's section (version 3).
+    let mut tables: Vec<(Option<Table>, &TableHeader)> = Vec::new();
     for table in &header.tables {
-        match Table::from_name(&table.name) {
-            Some(t) if !tables.iter().any(|(seen, _)| *seen == t) => tables.push((t, table)),
+        let section = match Table::from_name(&table.name) {
+            Some(t) => Some(Some(t)),
+            None if table.name == ACL_SALT && version >= 3 && table.rows == 1 => Some(None),
+            None => None,
+        };
+        match section {
+            Some(s) if !tables.iter().any(|(seen, _)| *seen == s) => tables.push((s, table)),
             _ => {
                 return Err(PersistError::Corrupt {
                     path: path.to_path_buf(),
@@ -352,6 +374,10 @@ pub(crate) fn read_snapshot<R: Read>(
     let mut restore = store.begin_restore(header.last_applied);
     let mut buf = Vec::new();
     for (table, th) in &tables {
+        let Some(table) = table else {
+            restore.acl_salt(i.row::<AclSaltRow>(&mut buf)?)?;
+            continue;
+        };
         restore.table_index(*table, th.index);
         for _ in 0..th.rows {
             read_row(&mut i, &mut restore, *table, version, &mut buf)?;

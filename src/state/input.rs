@@ -482,8 +482,9 @@ impl Command {
                 some("stop allocations", ids)?;
                 list("ids", ids, |i| id("allocation id", i))
             }
-            Command::AclBootstrap { token } => acl_token_row(token),
-            Command::CreateAclTokens { tokens } => {
+            Command::AclBootstrap { token, .. } => acl_token_row(token),
+            Command::SetAclSalt { .. } => Ok(()),
+            Command::CreateAclTokens { tokens, .. } => {
                 some("create ACL tokens", tokens)?;
                 list("tokens", tokens, acl_token_row)
             }

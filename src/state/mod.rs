@@ -81,6 +81,6 @@ pub(crate) use restore::Restore;
 pub use snapshot::StateSnapshot;
 pub use store::StateStore;
 pub use table::{Table, UnknownTable};
-pub use tables::InstanceKind;
+pub use tables::{AclSaltRow, InstanceKind};
 #[cfg(feature = "unstable-internals")]
 pub use tables::{PluginInstance, Tables};

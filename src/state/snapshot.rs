@@ -116,6 +116,11 @@ impl StateSnapshot {
         if !definitions.is_empty() {
             bytes.extend(postcard::to_allocvec(&definitions)?);
         }
+        // And the ACL salt, once set (with the index that set it).
+        if let Some(salt) = v.acl_salt_row() {
+            bytes.push(0xA5);
+            bytes.extend(postcard::to_allocvec(&*salt)?);
+        }
         Ok(bytes)
     }
 

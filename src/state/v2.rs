@@ -159,8 +159,10 @@ impl From<CommandV2> for Command {
             },
             CommandV2::ClaimCsiVolumes { claims } => Command::ClaimCsiVolumes { claims },
             CommandV2::UpsertNodes { nodes } => Command::UpsertNodes { nodes },
-            CommandV2::AclBootstrap { token } => Command::AclBootstrap { token },
-            CommandV2::CreateAclTokens { tokens } => Command::CreateAclTokens { tokens },
+            CommandV2::AclBootstrap { token } => Command::AclBootstrap { token, salt: None },
+            CommandV2::CreateAclTokens { tokens } => {
+                Command::CreateAclTokens { tokens, salt: None }
+            }
             CommandV2::DeleteAclTokens { accessor_ids } => {
                 Command::DeleteAclTokens { accessor_ids }
             }

@@ -94,13 +94,16 @@ pub(crate) fn golden_v2_acl_commands() -> Vec<(u64, Command)> {
         },
         Command::AclBootstrap {
             token: token(0, "bootstrap", vec![AclScope::Management]),
+            salt: None,
         },
         Command::CreateAclTokens {
             tokens: vec![token(1, "reader", vec![AclScope::Read])],
+            salt: None,
         },
         // In the log after the snapshot:
         Command::CreateAclTokens {
             tokens: vec![writer],
+            salt: None,
         },
         Command::UpsertJobs { jobs: vec![web(3)] },
     ];

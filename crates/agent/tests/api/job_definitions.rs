@@ -106,6 +106,30 @@ async fn a_registered_job_reads_back_whole() {
         "ebs:1.26"
     );
     assert_eq!(job["JobModifyIndex"], v["JobModifyIndex"]);
+
+    // The event stream's Job events carry the same whole job.
+    let mut resp = crate::support::http()
+        .get(agents.url(0, "/v1/event/stream?index=0&topic=Job"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + crate::support::DEADLINE;
+    let payload = 'read: loop {
+        assert!(std::time::Instant::now() < deadline, "no Job event");
+        let chunk = resp.chunk().await.unwrap().expect("stream open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(nl) = text.find('\n') {
+            let line: String = text.drain(..=nl).collect();
+            let batch: Value = serde_json::from_str(&line).unwrap();
+            if let Some(e) = batch["Events"].as_array().and_then(|e| e.first()) {
+                break 'read e["Payload"]["Job"].clone();
+            }
+        }
+    };
+    assert_eq!(payload["TaskGroups"][0]["Tasks"][0]["Driver"], "docker");
+    assert_eq!(payload["Version"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,7 @@
 //! tokens, the event stream, and three agents forwarding and reading on followers.
 
 mod acl;
+mod acl_salt;
 mod false_wakes;
 mod follower_reads;
 mod go_client;

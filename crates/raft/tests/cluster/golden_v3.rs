@@ -67,6 +67,7 @@ fn golden_commands() -> Vec<(Command, bool)> {
         (
             Command::AclBootstrap {
                 token: token(0, "bootstrap", AclScope::Management),
+                salt: None,
             },
             false,
         ),
@@ -75,6 +76,7 @@ fn golden_commands() -> Vec<(Command, bool)> {
         (
             Command::CreateAclTokens {
                 tokens: vec![token(1, "reader", AclScope::Read)],
+                salt: None,
             },
             true,
         ),
@@ -174,5 +176,20 @@ async fn golden_v3_directory_opens_to_the_same_state() {
         .await
         .unwrap();
     assert!(again.replayed);
+
+    // Salted (what an upgraded leader does): the same secrets still find their tokens.
+    let salt = schedstate::model::AclSalt([9; 32]);
+    server.propose(Command::SetAclSalt { salt }).await.unwrap();
+    let snap = server.read_stale();
+    let v = snap.view();
+    assert_eq!(v.acl_salt(), Some(salt));
+    for (accessor, secret, unsalted) in SECRETS {
+        let t = v
+            .acl_token_by_secret_hash(&v.acl_digest_of(secret))
+            .unwrap();
+        assert_eq!(&*t.accessor_id, accessor);
+        assert_eq!(t.secret_hash, salt.digest(secret));
+        assert!(v.acl_token_by_secret_hash(unsalted).is_none());
+    }
     server.shutdown().await;
 }
