@@ -87,6 +87,12 @@ pub(crate) fn new_salt() -> Result<AclSalt, getrandom::Error> {
 /// salt. Run by a server when it becomes the leader; a salt set meanwhile by another
 /// makes the proposal a refused no-op (`AclAlreadySalted`), which is fine.
 pub(crate) async fn salt_if_unsalted(server: Server) {
+    // What this leader's log holds applied first: a salt set in an entry it has not
+    // applied yet would make the proposal a refused no-op entry.
+    let last = server.raft().metrics().borrow().last_log_index.unwrap_or(0);
+    let _ = server
+        .wait_applied(last, std::time::Duration::from_secs(10))
+        .await;
     let unsalted = {
         let snap = server.read_stale();
         let v = snap.view();
