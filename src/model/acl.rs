@@ -2,13 +2,128 @@
 //!
 //! A token is a row of the replicated state, so every server answers to the same
 //! tokens and a revocation reaches all of them with the log. The secret itself is never
-//! stored: a token row holds the SHA-256 of its secret (a server hashes what a request
-//! carries and looks the digest up), and an *accessor id*, a second identifier that
-//! names the token in listings and revocations without being a credential.
+//! stored: a token row holds a *digest* of its secret (a server computes the digest of
+//! what a request carries and looks it up), and an *accessor id*, a second identifier
+//! that names the token in listings and revocations without being a credential.
+//!
+//! # Salted digests
+//!
+//! The digest is `HMAC-SHA256(salt, SHA-256(secret))` ([`AclSalt::digest`]), in 64
+//! lowercase hex digits, where the salt is 32 random bytes of the cluster's own
+//! ([`AclSalt`]): made by the server that proposes the command bootstrapping the ACL
+//! (or the first token write of an older state), carried in that command so every
+//! replica stores the same, and kept in the replicated state beside the tokens (and in
+//! snapshots). Before format 3 the digest was the bare `SHA-256(secret)`; when a salt
+//! is set on such a state, each stored digest `d` becomes `HMAC-SHA256(salt, d)`
+//! ([`AclSalt::rekey`]) in the same write — which is exactly the salted digest of the
+//! same secret, so every token keeps working and no secret is needed. A state with no
+//! salt (no ACL yet, or not migrated) keeps the bare SHA-256.
+//!
+//! **Why a salt beside the digests, not a slow hash** (bcrypt, scrypt, Argon2): a slow
+//! hash protects secrets a person chose, which an attacker can guess. The secrets made
+//! here are 122 random bits (a bootstrap secret a user gives is at least 16
+//! characters), out of reach of any guessing, and a server computes a digest on every
+//! request: a slow hash would cost tens of milliseconds of CPU per API call, a way to
+//! exhaust a server with bad tokens. What a salt does defeat is precomputation: with
+//! bare SHA-256, a snapshot's digests could be matched against tables computed once
+//! for every cluster, and two clusters holding the same secret (a bootstrap secret
+//! reused) would show the same digest. With a per-cluster salt neither works: a
+//! digest means nothing without the salt, and the same secret has unrelated digests in
+//! two clusters. (The salt travels with the digests in snapshots; it is not a secret
+//! key, and does not need to be.)
 
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::Id;
+
+/// A cluster's ACL salt: 32 random bytes, the HMAC key of every token digest (the
+/// module's doc says why).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AclSalt(pub [u8; 32]);
+
+impl std::fmt::Debug for AclSalt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not a secret, but nothing a log line needs either.
+        f.write_str("AclSalt(..)")
+    }
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(DIGITS[usize::from(b >> 4)] as char);
+        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    out
+}
+
+/// The bytes of 64 lowercase hex digits, if that is what `s` is.
+fn unhex32(s: &str) -> Option<[u8; 32]> {
+    let b = s.as_bytes();
+    if b.len() != 64 {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut out = [0u8; 32];
+    for (i, pair) in b.chunks_exact(2).enumerate() {
+        out[i] = (digit(pair[0])? << 4) | digit(pair[1])?;
+    }
+    Some(out)
+}
+
+/// The unsalted digest of a secret, as format 1 and 2 stored it (and a state without a
+/// salt still does): its SHA-256 in 64 lowercase hex digits.
+///
+/// ```
+/// use schedstate::model::unsalted_digest;
+/// assert_eq!(
+///     unsalted_digest("abc"),
+///     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+/// );
+/// ```
+pub fn unsalted_digest(secret: &str) -> String {
+    hex(&Sha256::digest(secret.as_bytes()))
+}
+
+impl AclSalt {
+    fn mac(&self, message: &[u8]) -> String {
+        // An HMAC takes a key of any length: `new_from_slice` cannot fail here.
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC accepts a 32-byte key");
+        mac.update(message);
+        hex(&mac.finalize().into_bytes())
+    }
+
+    /// The digest a token with `secret` is stored and looked up under:
+    /// `HMAC-SHA256(salt, SHA-256(secret))`, 64 lowercase hex digits.
+    ///
+    /// ```
+    /// use schedstate::model::{AclSalt, unsalted_digest};
+    /// let (a, b) = (AclSalt([1; 32]), AclSalt([2; 32]));
+    /// // The same secret: unrelated digests in two clusters.
+    /// assert_ne!(a.digest("s3cret"), b.digest("s3cret"));
+    /// // An unsalted digest re-keyed is the salted digest of the same secret.
+    /// assert_eq!(a.rekey(&unsalted_digest("s3cret")), Some(a.digest("s3cret")));
+    /// ```
+    pub fn digest(&self, secret: &str) -> String {
+        self.mac(&Sha256::digest(secret.as_bytes()))
+    }
+
+    /// A digest stored before the salt (`SHA-256(secret)` in hex) re-keyed:
+    /// `HMAC-SHA256(salt, SHA-256(secret))`, the salted digest of the same secret,
+    /// computed without it. `None` if `unsalted` is not 64 lowercase hex digits.
+    pub fn rekey(&self, unsalted: &str) -> Option<String> {
+        unhex32(unsalted).map(|d| self.mac(&d))
+    }
+}
 
 /// What a token may do. A token holds a set of scopes; `management` implies every
 /// other one.
@@ -72,7 +187,9 @@ pub struct AclToken {
     pub name: String,
     /// What the token may do: sorted, each scope once, never empty.
     pub scopes: Vec<AclScope>,
-    /// The SHA-256 of the secret, 64 lowercase hex digits; unique over the table.
+    /// The digest of the secret, 64 lowercase hex digits; unique over the table:
+    /// [`AclSalt::digest`] with the cluster's salt, or, in a state without one, the
+    /// bare SHA-256 ([`unsalted_digest`]).
     pub secret_hash: String,
     /// When the token was made, in seconds since the Unix epoch (the proposing
     /// server's clock: part of the command, so every replica stores the same value).

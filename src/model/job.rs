@@ -1,11 +1,13 @@
 //! Jobs: what the scheduler was asked to run, as far as CSI plugins care — the task
-//! groups, their counts, and the tasks that run a CSI plugin.
+//! groups, their counts, and the tasks that run a CSI plugin — and, beside those parsed
+//! parts, the whole definition as it was registered ([`JobDefinition`], opaque here).
 //!
 //! A job is the source of a plugin's *expected* instances (docs/rules.md §4.10): a
 //! plugin's `controllers_expected` / `nodes_expected` are sums over the live jobs that
 //! run it, never counts of what happens to be fingerprinted.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -158,6 +160,42 @@ impl Expected {
     }
 }
 
+/// The largest registered definition a job may carry, in bytes (1 MiB): an input rule
+/// (docs/rules.md §4.0).
+pub const MAX_DEFINITION_BYTES: usize = 1 << 20;
+
+/// A job's definition as its user registered it — for the agent, the job's JSON object
+/// (canonicalised: compact, keys sorted, the fields the store owns left out) — kept
+/// whole beside the parsed parts so that a read can answer it back. Opaque to the
+/// store: it is stored, compared, encoded and bounded
+/// ([`MAX_DEFINITION_BYTES`]), never interpreted. Shared between the versions of a
+/// row (a status change does not copy it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobDefinition(Arc<str>);
+
+impl JobDefinition {
+    /// A definition holding `text`.
+    pub fn new(text: impl Into<Arc<str>>) -> JobDefinition {
+        JobDefinition(text.into())
+    }
+
+    /// The definition's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A job, by (namespace, id).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -190,6 +228,11 @@ pub struct Job {
     /// status change moves `modify_index` only).
     #[serde(default)]
     pub job_modify_index: u64,
+    /// The whole definition as registered, if the registration carried one (format
+    /// version 3; a job registered before has none). Part of what a registration
+    /// changes: the same parsed parts with another definition are a new version.
+    #[serde(default)]
+    pub definition: Option<JobDefinition>,
 }
 
 impl Job {
@@ -212,10 +255,12 @@ impl Job {
         self.task_groups.iter().find(|g| &*g.name == name)
     }
 
-    /// Whether two registrations describe the same job (type and groups; the fields
-    /// the store sets are ignored).
+    /// Whether two registrations describe the same job (type, groups and the
+    /// registered definition; the fields the store sets are ignored).
     pub fn same_definition(&self, other: &Job) -> bool {
-        self.job_type == other.job_type && self.task_groups == other.task_groups
+        self.job_type == other.job_type
+            && self.task_groups == other.task_groups
+            && self.definition == other.definition
     }
 
     /// The plugins the job runs and how many instances of each it expects by its
@@ -314,5 +359,8 @@ mod tests {
         assert!(a.same_definition(&b));
         b.job_type = JobType::Batch;
         assert!(!a.same_definition(&b));
+        let mut c = a.clone();
+        c.definition = Some(JobDefinition::new(r#"{"Datacenters":["dc1"]}"#));
+        assert!(!a.same_definition(&c));
     }
 }

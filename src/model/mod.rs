@@ -19,11 +19,14 @@ mod stub;
 mod volume;
 mod volume_requests;
 
-pub use acl::{AclScope, AclToken};
+pub use acl::{AclSalt, AclScope, AclToken, unsalted_digest};
 pub use alloc::{Allocation, ClientStatus, CsiVolumeRequest, DesiredStatus};
 pub use csi_info::{CsiControllerInfo, CsiInfo, CsiNodeInfo, CsiTopology};
 pub use fingerprints::Fingerprints;
-pub use job::{CsiPluginType, Expected, Job, JobStatus, JobType, Task, TaskCsiPlugin, TaskGroup};
+pub use job::{
+    CsiPluginType, Expected, Job, JobDefinition, JobStatus, JobType, MAX_DEFINITION_BYTES, Task,
+    TaskCsiPlugin, TaskGroup,
+};
 pub use node::{Node, NodeStatus};
 pub use plugin::{CsiPlugin, PluginInstances, PluginJob};
 pub use plugin_stub::PluginListStub;

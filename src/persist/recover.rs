@@ -192,14 +192,17 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 // Already in the snapshot (a compaction stopped before deleting).
                 return Ok(());
             }
-            store
-                .apply(rec.index, &rec.command)
-                .map_err(|source| PersistError::Replay {
-                    path: path.clone(),
-                    offset: rec.offset,
-                    index: rec.index,
-                    source: Box::new(source),
-                })?;
+            let applied = if rec.legacy {
+                store.apply_replayed_legacy(rec.index, &rec.command)
+            } else {
+                store.apply(rec.index, &rec.command)
+            };
+            applied.map_err(|source| PersistError::Replay {
+                path: path.clone(),
+                offset: rec.offset,
+                index: rec.index,
+                source: Box::new(source),
+            })?;
             report.replayed += 1;
             Ok(())
         })?;

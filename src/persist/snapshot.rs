@@ -1,4 +1,4 @@
-//! The snapshot format, version 2: the whole state in one checksummed stream.
+//! The snapshot format, version 3: the whole state in one checksummed stream.
 //!
 //! ```text
 //! file   := MAGIC "SCHEDSNP" | VERSION u32 | HEADER_LEN u32 | HEADER | HEADER_CRC u32
@@ -9,10 +9,14 @@
 //!           LEN u32 | postcard(row)
 //! ```
 //! The tables are those the header lists, each at most once, in any order; one not
-//! listed is empty (the `acl_tokens` and `jobs` tables are listed only once written).
+//! listed is empty (the `acl_tokens` and `jobs` tables are listed only once written;
+//! `acl_salt`, the cluster's ACL salt — one row, version 3 — only once set).
 //! Version 2 added jobs: the `jobs` table, an allocation's job version and a plugin's
-//! job expectations. Version 1 files still load: their allocation and plugin rows
-//! decode through their version-1 shapes ([`crate::state::v1`]), with no jobs.
+//! job expectations. Version 3 added a job's registered definition to its row and the
+//! `acl_salt` section.
+//! Version 1 and 2 files still load: version 1's allocation and plugin rows decode
+//! through their version-1 shapes ([`crate::state::v1`]), with no jobs; version 2's job
+//! rows through their version-2 shape ([`crate::state::v2`]), with no definitions.
 //! Integers are little-endian; checksums are CRC-32 (IEEE) — the header's covers
 //! everything before it, the body's the body. Rows are streamed: writing never holds a
 //! second copy of the state, and reading checks every length against a cap before
@@ -26,7 +30,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Job, Node};
+use crate::state::AclSaltRow;
 use crate::state::v1::{AllocationV1, CsiPluginV1};
+use crate::state::v2::JobV2;
 use crate::state::{Restore, StateError, StateSnapshot, StateStore, Table};
 
 use super::error::{PersistError, Result};
@@ -35,9 +41,11 @@ use super::error::{PersistError, Result};
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDSNP";
 /// The snapshot format version this build writes (it reads this one and every one
 /// from [`OLDEST_SNAPSHOT_VERSION`]).
-pub const SNAPSHOT_VERSION: u32 = 2;
+pub const SNAPSHOT_VERSION: u32 = 3;
 /// The oldest snapshot format version this build reads.
 pub const OLDEST_SNAPSHOT_VERSION: u32 = 1;
+/// The name of the ACL salt's section in the header (not a [`Table`]).
+const ACL_SALT: &str = "acl_salt";
 /// The largest header accepted.
 const MAX_HEADER: u32 = 1 << 20;
 /// The largest single row accepted.
@@ -105,7 +113,8 @@ pub(crate) fn write_snapshot<W: Write>(
     // one is byte for byte what a build before the table wrote (and still reads).
     let acl = v.acl_bootstrapped();
     let jobs = v.table_index(Table::Jobs) > 0;
-    let tables = Table::ALL
+    let salt = v.acl_salt_row();
+    let mut tables: Vec<TableHeader> = Table::ALL
         .iter()
         .filter(|t| (acl || **t != Table::AclTokens) && (jobs || **t != Table::Jobs))
         .map(|&table| TableHeader {
@@ -114,6 +123,13 @@ pub(crate) fn write_snapshot<W: Write>(
             rows: v.row_count(table) as u64,
         })
         .collect();
+    if let Some(salt) = &salt {
+        tables.push(TableHeader {
+            name: ACL_SALT.to_string(),
+            index: salt.create_index,
+            rows: 1,
+        });
+    }
     let header = SnapshotHeader {
         last_applied: v.last_applied(),
         tables,
@@ -171,6 +187,9 @@ pub(crate) fn write_snapshot<W: Write>(
     }
     for job in v.jobs() {
         row(&mut o, &*job)?;
+    }
+    if let Some(salt) = &salt {
+        row(&mut o, &**salt)?;
     }
     o.put_crc().map_err(&e)?;
     o.w.flush().map_err(&e)?;
@@ -331,10 +350,16 @@ pub(crate) fn read_snapshot<R: Read>(
             reason: format!("header does not decode: {err}"),
         })?;
 
-    let mut tables: Vec<(Table, &TableHeader)> = Vec::new();
+    // `None`: the ACL salt's section (version 3).
+    let mut tables: Vec<(Option<Table>, &TableHeader)> = Vec::new();
     for table in &header.tables {
-        match Table::from_name(&table.name) {
-            Some(t) if !tables.iter().any(|(seen, _)| *seen == t) => tables.push((t, table)),
+        let section = match Table::from_name(&table.name) {
+            Some(t) => Some(Some(t)),
+            None if table.name == ACL_SALT && version >= 3 && table.rows == 1 => Some(None),
+            None => None,
+        };
+        match section {
+            Some(s) if !tables.iter().any(|(seen, _)| *seen == s) => tables.push((s, table)),
             _ => {
                 return Err(PersistError::Corrupt {
                     path: path.to_path_buf(),
@@ -349,6 +374,10 @@ pub(crate) fn read_snapshot<R: Read>(
     let mut restore = store.begin_restore(header.last_applied);
     let mut buf = Vec::new();
     for (table, th) in &tables {
+        let Some(table) = table else {
+            restore.acl_salt(i.row::<AclSaltRow>(&mut buf)?)?;
+            continue;
+        };
         restore.table_index(*table, th.index);
         for _ in 0..th.rows {
             read_row(&mut i, &mut restore, *table, version, &mut buf)?;
@@ -392,6 +421,7 @@ fn read_row<R: Read>(
         Table::CsiPlugins => restore.plugin(i.row::<CsiPlugin>(buf)?)?,
         Table::CsiVolumes => restore.volume(i.row::<CsiVolume>(buf)?)?,
         Table::AclTokens => restore.acl_token(i.row::<AclToken>(buf)?)?,
+        Table::Jobs if version <= 2 => restore.job(i.row::<JobV2>(buf)?.into())?,
         Table::Jobs => restore.job(i.row::<Job>(buf)?)?,
     }
     Ok(())

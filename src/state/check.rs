@@ -97,7 +97,27 @@ impl StateView<'_> {
         for volume in self.csi_volumes() {
             check_volume(&volume)?;
         }
+        self.check_acl_salt()?;
         self.check_jobs()
+    }
+
+    /// `acl-salt`: a salt is set only on a bootstrapped state, at an index no later
+    /// than the last applied.
+    fn check_acl_salt(&self) -> Result<(), InvariantViolation> {
+        let Some(at) = self.acl_salt_index() else {
+            return Ok(());
+        };
+        if !self.acl_bootstrapped() || at == 0 || at > self.last_applied() {
+            return Err(broken(
+                "acl-salt",
+                format!(
+                    "salt set at {at}, tokens table index {}, last applied {}",
+                    self.table_index(Table::AclTokens),
+                    self.last_applied()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn check_indexes_order(&self) -> Result<(), InvariantViolation> {

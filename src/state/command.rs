@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    AclScope, AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus,
+    AclSalt, AclScope, AclToken, Allocation, CsiVolume, CsiVolumeClaim, Id, Job, Node, NodeStatus,
 };
 
 /// One write.
@@ -92,13 +92,23 @@ pub enum Command {
     /// refused as soon as any token was ever written. (Appended: variant numbers are
     /// part of the log format.)
     AclBootstrap {
-        /// The token (its secret's hash only).
+        /// The token (its secret's digest only).
         token: AclToken,
+        /// The cluster's new ACL salt, made by the proposing server, which the token's
+        /// digest is keyed with (format 3; `None` in a command of format 1 or 2: an
+        /// unsalted SHA-256, docs/rules.md §4.9).
+        #[serde(default)]
+        salt: Option<AclSalt>,
     },
     /// Create tokens. Atomic: an accessor id or secret hash already in use fails all.
     CreateAclTokens {
-        /// The tokens (their secrets' hashes only).
+        /// The tokens (their secrets' digests only).
         tokens: Vec<AclToken>,
+        /// The salt the digests are keyed with: the cluster's, or — when it has none
+        /// yet — a new one this command sets (re-keying every stored digest). `None`:
+        /// unsalted, only in a state without a salt (format 1 and 2 commands).
+        #[serde(default)]
+        salt: Option<AclSalt>,
     },
     /// Revoke tokens. Atomic: an unknown accessor id fails all; the last management
     /// token that never expires cannot be revoked.
@@ -150,6 +160,14 @@ pub enum Command {
         /// Its new scopes (one to four).
         scopes: Vec<AclScope>,
     },
+    /// Set the cluster's ACL salt on a bootstrapped state that has none (one of format
+    /// 1 or 2): every stored digest is re-keyed with it in the same write, so every
+    /// token keeps working (docs/rules.md §4.9). Refused once a salt is set.
+    /// (Appended: variant numbers are part of the log format.)
+    SetAclSalt {
+        /// The salt, made by the proposing server.
+        salt: AclSalt,
+    },
 }
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
@@ -196,6 +214,7 @@ impl Command {
             Command::StopJobs { .. } => "stop_jobs",
             Command::PurgeJobs { .. } => "purge_jobs",
             Command::UpdateAclToken { .. } => "update_acl_token",
+            Command::SetAclSalt { .. } => "set_acl_salt",
         }
     }
 
@@ -208,6 +227,7 @@ impl Command {
                 | Command::CreateAclTokens { .. }
                 | Command::DeleteAclTokens { .. }
                 | Command::UpdateAclToken { .. }
+                | Command::SetAclSalt { .. }
         )
     }
 }

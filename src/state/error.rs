@@ -40,6 +40,15 @@ pub enum StateError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A job or volume registered in namespace `*`, which names every namespace in a
+    /// read: no read or write of one row could name it (an input rule).
+    #[error(
+        "a {what} cannot be registered in namespace \"*\", which names every namespace in a read; name one namespace"
+    )]
+    WildcardNamespace {
+        /// `job` or `volume`.
+        what: &'static str,
+    },
     /// A required field is empty.
     #[error("{what}: {field} is required")]
     MissingField {
@@ -178,6 +187,19 @@ pub enum StateError {
     /// A new token's secret is already another token's. (The secret is not named.)
     #[error("that secret is already another token's")]
     AclSecretInUse,
+    /// A token write's digests are keyed with another salt than the cluster's (or with
+    /// none, once the cluster has one): a server computed them before it saw the
+    /// salt; compute them again with the cluster's.
+    #[error(
+        "the tokens' digests are not keyed with the cluster's ACL salt; compute them again with it"
+    )]
+    AclSaltMismatch,
+    /// A salt was set on a cluster that has one already.
+    #[error("the cluster's ACL salt is set already (at index {set_at}); it never changes")]
+    AclAlreadySalted {
+        /// The index of the write that set it.
+        set_at: u64,
+    },
     /// A revocation named a token that does not exist.
     #[error("ACL token {0:?} not found")]
     AclTokenNotFound(Id),
@@ -231,6 +253,7 @@ impl StateError {
             StateError::EmptyRequest { .. } => "EmptyRequest",
             StateError::MissingField { .. } => "MissingField",
             StateError::InvalidInput { .. } => "InvalidInput",
+            StateError::WildcardNamespace { .. } => "WildcardNamespace",
             StateError::FingerprintHalves { .. } => "FingerprintHalves",
             StateError::FingerprintMismatch { .. } => "FingerprintMismatch",
             StateError::NodeNotFound(_) => "NodeNotFound",
@@ -248,6 +271,8 @@ impl StateError {
             StateError::AclTokenExists(_) => "AclTokenExists",
             StateError::AclSecretInUse => "AclSecretInUse",
             StateError::AclTokenNotFound(_) => "AclTokenNotFound",
+            StateError::AclSaltMismatch => "AclSaltMismatch",
+            StateError::AclAlreadySalted { .. } => "AclAlreadySalted",
             StateError::LastManagementToken => "LastManagementToken",
             StateError::JobNotFound { .. } => "JobNotFound",
             StateError::JobVersionNotFound { .. } => "JobVersionNotFound",

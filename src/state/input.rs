@@ -23,7 +23,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{
-    AclScope, AclToken, Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Job, Node,
+    AclScope, AclToken, Allocation, CsiInfo, CsiTopology, CsiVolume, CsiVolumeClaim, Id, Job,
+    MAX_DEFINITION_BYTES, Node,
 };
 
 use super::command::{Command, CsiVolumeClaimRequest};
@@ -310,6 +311,18 @@ fn alloc_row(a: &Allocation) -> Result<()> {
     alloc(a)
 }
 
+/// The namespace that names every namespace in a read (Nomad's `*`): a job or a
+/// volume is never stored in it (docs/rules.md §4.0), or no read or write of one row
+/// could name it.
+pub const WILDCARD_NAMESPACE: &str = "*";
+
+fn not_wildcard(what: &'static str, namespace: &str) -> Result<()> {
+    if namespace == WILDCARD_NAMESPACE {
+        return Err(StateError::WildcardNamespace { what });
+    }
+    Ok(())
+}
+
 fn volume_row(v: &CsiVolume) -> Result<()> {
     required("volume", "id", &v.id)?;
     required("volume", "namespace", &v.namespace)?;
@@ -325,6 +338,17 @@ fn job_row(j: &Job) -> Result<()> {
     id("job namespace", &j.namespace)?;
     id("job id", &j.id)?;
     count("job task_groups", j.task_groups.len(), MAX_ENTRIES)?;
+    if let Some(d) = &j.definition
+        && d.len() > MAX_DEFINITION_BYTES
+    {
+        return Err(invalid(
+            "job definition",
+            format!(
+                "{} bytes, more than the limit of {MAX_DEFINITION_BYTES}",
+                d.len()
+            ),
+        ));
+    }
     let mut groups = BTreeSet::new();
     for g in &j.task_groups {
         required("task group", "name", &g.name)?;
@@ -411,6 +435,25 @@ impl Command {
     /// assert_eq!(bad.check_input().unwrap_err().kind(), "InvalidInput");
     /// ```
     pub fn check_input(&self) -> Result<()> {
+        self.check_input_as(true)
+    }
+
+    /// The input rules; `wildcard` says whether a registration in namespace `*` is
+    /// refused — always, but for a command replayed from a log segment of format 1 or
+    /// 2, written before the rule existed (such a job or volume may be stored there,
+    /// and replay must rebuild the state it made).
+    pub(crate) fn check_input_as(&self, wildcard: bool) -> Result<()> {
+        if wildcard {
+            match self {
+                Command::UpsertJobs { jobs } => jobs
+                    .iter()
+                    .try_for_each(|j| not_wildcard("job", &j.namespace))?,
+                Command::RegisterCsiVolumes { volumes } => volumes
+                    .iter()
+                    .try_for_each(|v| not_wildcard("volume", &v.namespace))?,
+                _ => {}
+            }
+        }
         match self {
             Command::UpsertNode { node: n } => node_row(n),
             Command::UpsertNodes { nodes } => {
@@ -447,8 +490,9 @@ impl Command {
                 some("stop allocations", ids)?;
                 list("ids", ids, |i| id("allocation id", i))
             }
-            Command::AclBootstrap { token } => acl_token_row(token),
-            Command::CreateAclTokens { tokens } => {
+            Command::AclBootstrap { token, .. } => acl_token_row(token),
+            Command::SetAclSalt { .. } => Ok(()),
+            Command::CreateAclTokens { tokens, .. } => {
                 some("create ACL tokens", tokens)?;
                 list("tokens", tokens, acl_token_row)
             }

@@ -24,6 +24,7 @@ pub(crate) fn upsert_jobs(w: &mut Writer, jobs: &[Job]) -> Result<()> {
             create_index: w.index,
             modify_index: w.index,
             job_modify_index: w.index,
+            definition: request.definition.clone(),
         };
         if let Some(old) = &stored {
             if old.same_definition(&job) && !old.is_dead() {

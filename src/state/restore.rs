@@ -14,7 +14,7 @@ use super::shared_ids::AllocIds;
 use super::snapshot::StateSnapshot;
 use super::store::StateStore;
 use super::table::Table;
-use super::tables::{InstanceKind, PluginInstance, Tables};
+use super::tables::{AclSaltRow, InstanceKind, PluginInstance, Tables};
 
 /// A restore in progress: nothing is visible until [`commit`](Self::commit), which
 /// checks every invariant of the new state, then replaces the whole state and wakes
@@ -128,6 +128,16 @@ impl Restore {
     /// An engine error.
     pub(crate) fn job(&mut self, job: Job) -> Result<()> {
         self.txn.insert(self.t.jobs, Arc::new(job))?;
+        Ok(())
+    }
+
+    /// Adds the ACL salt row as it was stored (its table's index is the row's).
+    ///
+    /// # Errors
+    /// An engine error.
+    pub(crate) fn acl_salt(&mut self, row: AclSaltRow) -> Result<()> {
+        self.txn.set_table_index(self.t.acl_salt, row.create_index);
+        self.txn.insert(self.t.acl_salt, Arc::new(row))?;
         Ok(())
     }
 

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::engine::{Snapshot, WatchSet};
-use crate::model::{AclToken, CsiVolume, Id, Job, Node, PluginJob};
+use crate::model::{AclToken, CsiVolume, Id, JobDefinition, Node, PluginJob};
 
 use super::read::StateView;
 use super::table::Table;
 use super::tables::Tables;
 use super::v1::{AllocationV1, CsiPluginV1};
+use super::v2::JobV2;
 
 /// One version of the state: immutable, O(1) to take, `Send + Sync + 'static`.
 /// Reads go through [`view`](Self::view), or [`watched`](Self::watched) to record
@@ -59,7 +60,7 @@ impl StateSnapshot {
         /// job expectations (each non-default one, with its row's key).
         #[derive(Serialize)]
         struct JobsPart {
-            jobs: Vec<Arc<Job>>,
+            jobs: Vec<JobV2>,
             alloc_versions: Vec<(Id, u64)>,
             plugin_jobs: Vec<(Id, Vec<PluginJob>)>,
         }
@@ -88,7 +89,7 @@ impl StateSnapshot {
             bytes.extend(postcard::to_allocvec(&tokens)?);
         }
         let part = JobsPart {
-            jobs: v.jobs().collect(),
+            jobs: v.jobs().map(|j| JobV2::from(&*j)).collect(),
             alloc_versions: v
                 .allocs()
                 .filter(|a| a.job_version != 0)
@@ -102,6 +103,23 @@ impl StateSnapshot {
         };
         if jobs || !part.alloc_versions.is_empty() || !part.plugin_jobs.is_empty() {
             bytes.extend(postcard::to_allocvec(&part)?);
+        }
+        // What version 3 added, each only when there is any: the jobs' registered
+        // definitions (with their row's key).
+        let definitions: Vec<(Id, Id, JobDefinition)> = v
+            .jobs()
+            .filter_map(|j| {
+                let d = j.definition.clone()?;
+                Some((j.namespace.clone(), j.id.clone(), d))
+            })
+            .collect();
+        if !definitions.is_empty() {
+            bytes.extend(postcard::to_allocvec(&definitions)?);
+        }
+        // And the ACL salt, once set (with the index that set it).
+        if let Some(salt) = v.acl_salt_row() {
+            bytes.push(0xA5);
+            bytes.extend(postcard::to_allocvec(&*salt)?);
         }
         Ok(bytes)
     }

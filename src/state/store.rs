@@ -184,7 +184,22 @@ impl StateStore {
         command: Cow<'_, Command>,
         before_publish: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<Commit, E> {
-        let (info, _) = self.run(Some(index), command, |_| before_publish(), false)?;
+        let (info, _) = self.run(Some(index), command, |_| before_publish(), false, true)?;
+        Ok(info)
+    }
+
+    /// [`apply`](Self::apply) of a command replayed from a log segment of format 1 or
+    /// 2: the input rules those formats knew (a registration in namespace `*` is
+    /// taken, as it was when it was logged), so that replay rebuilds the state the log
+    /// made.
+    pub(crate) fn apply_replayed_legacy(&self, index: u64, command: &Command) -> Result<Commit> {
+        let (info, _) = self.run(
+            Some(index),
+            Cow::Borrowed(command),
+            |_| Ok::<(), StateError>(()),
+            false,
+            false,
+        )?;
         Ok(info)
     }
 
@@ -199,7 +214,7 @@ impl StateStore {
         command: Cow<'_, Command>,
         before_stage: impl FnOnce(u64) -> std::result::Result<(), E>,
     ) -> std::result::Result<(Commit, u64), E> {
-        self.run(index, command, before_stage, true)
+        self.run(index, command, before_stage, true, true)
     }
 
     fn run<E: From<StateError>>(
@@ -208,6 +223,7 @@ impl StateStore {
         command: Cow<'_, Command>,
         hook: impl FnOnce(u64) -> std::result::Result<(), E>,
         stage: bool,
+        wildcard_rule: bool,
     ) -> std::result::Result<(Commit, u64), E> {
         let txn = match index {
             Some(index) => self.db().begin_write(index).map_err(StateError::from)?,
@@ -225,7 +241,7 @@ impl StateStore {
         // Rows a command carries are moved into the store when it is owned (copied by
         // `apply_by_ref` when it is borrowed); everything else is read by reference.
         // The input rules first: the same refusal whichever path brought the command.
-        let applied = match command.check_input() {
+        let applied = match command.check_input_as(wildcard_rule) {
             Err(e) => Err(e),
             Ok(()) => match command {
                 Cow::Owned(Command::UpsertNode { node }) => nodes::upsert_node(&mut w, node),
@@ -272,8 +288,9 @@ pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
             force,
         } => volumes::deregister_volumes(w, namespace, ids, *force),
         Command::ClaimCsiVolumes { claims } => claims::claim_volumes(w, claims),
-        Command::AclBootstrap { token } => acl::bootstrap(w, token),
-        Command::CreateAclTokens { tokens } => acl::create(w, tokens),
+        Command::AclBootstrap { token, salt } => acl::bootstrap(w, token, *salt),
+        Command::CreateAclTokens { tokens, salt } => acl::create(w, tokens, *salt),
+        Command::SetAclSalt { salt } => acl::set_salt(w, *salt),
         Command::DeleteAclTokens { accessor_ids } => acl::delete(w, accessor_ids),
         Command::StopAllocs { ids } => allocs::stop_allocs(w, ids),
         Command::UpsertJobs { jobs: list } => jobs::upsert_jobs(w, list),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Index, Key, Schema, Table};
-use crate::model::{AclToken, Allocation, CsiPlugin, CsiVolume, Id, Job, Node};
+use crate::model::{AclSalt, AclToken, Allocation, CsiPlugin, CsiVolume, Id, Job, Node};
 
 /// Engine table names (the four of [`Table`](super::Table) and the derived one).
 pub(crate) mod names {
@@ -21,6 +21,26 @@ pub(crate) mod names {
     pub const ACL_TOKENS: &str = "acl_tokens";
     /// The jobs table.
     pub const JOBS: &str = "jobs";
+    /// The ACL salt: one row once set (format 3), not a [`Table`](super::Table) of
+    /// its own (snapshots list it under this name).
+    pub const ACL_SALT: &str = "acl_salt";
+}
+
+/// The cluster's ACL salt as stored: the one row of the `acl_salt` table, from the
+/// write that set it on (docs/rules.md §4.9).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AclSaltRow {
+    /// The salt.
+    pub salt: AclSalt,
+    /// The index of the write that set it.
+    pub create_index: u64,
+}
+
+impl AclSaltRow {
+    /// The one key of the table.
+    pub(crate) fn key() -> Key {
+        Key::str("salt")
+    }
 }
 
 /// Which map of a plugin an instance lives in.
@@ -97,6 +117,8 @@ pub struct Tables {
     pub acl_tokens_by_secret: Index<AclToken>,
     /// Jobs by (namespace, id).
     pub jobs: Table<Job>,
+    /// The ACL salt (one row at most).
+    pub acl_salt: Table<AclSaltRow>,
 }
 
 /// The primary key of a job (and of an allocation's job in `allocs_by_job`).
@@ -145,6 +167,7 @@ impl Tables {
                 Some(Key::str(&t.secret_hash))
             })?;
             let jobs = s.table(names::JOBS, |j: &Job| job_key(&j.namespace, &j.id))?;
+            let acl_salt = s.table(names::ACL_SALT, |_: &AclSaltRow| AclSaltRow::key())?;
             Ok(Tables {
                 nodes,
                 allocs,
@@ -159,6 +182,7 @@ impl Tables {
                 acl_tokens,
                 acl_tokens_by_secret,
                 jobs,
+                acl_salt,
             })
         })()
         .expect("the state schema declares distinct names");

@@ -199,8 +199,10 @@ impl From<CommandV1> for Command {
             },
             CommandV1::ClaimCsiVolumes { claims } => Command::ClaimCsiVolumes { claims },
             CommandV1::UpsertNodes { nodes } => Command::UpsertNodes { nodes },
-            CommandV1::AclBootstrap { token } => Command::AclBootstrap { token },
-            CommandV1::CreateAclTokens { tokens } => Command::CreateAclTokens { tokens },
+            CommandV1::AclBootstrap { token } => Command::AclBootstrap { token, salt: None },
+            CommandV1::CreateAclTokens { tokens } => {
+                Command::CreateAclTokens { tokens, salt: None }
+            }
             CommandV1::DeleteAclTokens { accessor_ids } => {
                 Command::DeleteAclTokens { accessor_ids }
             }

@@ -29,7 +29,13 @@ fn bootstrapped() -> StateStore {
     assert!(!store.snapshot().view().acl_bootstrapped());
     let root = token("root", &[AclScope::Management], 1);
     store
-        .apply(5, &Command::AclBootstrap { token: root })
+        .apply(
+            5,
+            &Command::AclBootstrap {
+                token: root,
+                salt: None,
+            },
+        )
         .unwrap();
     store
 }
@@ -52,6 +58,7 @@ fn bootstrap_runs_once_even_after_every_other_token_is_gone() {
         6,
         Command::AclBootstrap {
             token: token("again", &[AclScope::Management], 2),
+            salt: None,
         },
         "AclAlreadyBootstrapped",
     );
@@ -61,6 +68,7 @@ fn bootstrap_runs_once_even_after_every_other_token_is_gone() {
             7,
             &Command::CreateAclTokens {
                 tokens: vec![token("ops", &[AclScope::Management], 3)],
+                salt: None,
             },
         )
         .unwrap();
@@ -77,6 +85,7 @@ fn bootstrap_runs_once_even_after_every_other_token_is_gone() {
         9,
         Command::AclBootstrap {
             token: token("again", &[AclScope::Management], 2),
+            salt: None,
         },
         "AclAlreadyBootstrapped",
     );
@@ -90,6 +99,7 @@ fn bootstrap_must_be_a_management_token_that_never_expires() {
         1,
         Command::AclBootstrap {
             token: token("r", &[AclScope::Read], 1),
+            salt: None,
         },
         "InvalidInput",
     );
@@ -99,7 +109,10 @@ fn bootstrap_must_be_a_management_token_that_never_expires() {
     refused(
         &store,
         1,
-        Command::AclBootstrap { token: expiring },
+        Command::AclBootstrap {
+            token: expiring,
+            salt: None,
+        },
         "InvalidInput",
     );
     refused(
@@ -107,6 +120,7 @@ fn bootstrap_must_be_a_management_token_that_never_expires() {
         1,
         Command::CreateAclTokens {
             tokens: vec![token("r", &[AclScope::Read], 1)],
+            salt: None,
         },
         "AclNotBootstrapped",
     );
@@ -123,6 +137,7 @@ fn created_tokens_are_unique_by_accessor_and_by_secret_and_atomic() {
                 token("dash", &[AclScope::Read], 2),
                 token("sched", &[AclScope::Read, AclScope::Write], 1),
             ],
+            salt: None,
         },
         "AclSecretInUse",
     );
@@ -136,6 +151,7 @@ fn created_tokens_are_unique_by_accessor_and_by_secret_and_atomic() {
         6,
         Command::CreateAclTokens {
             tokens: vec![token("root", &[AclScope::Read], 9)],
+            salt: None,
         },
         "AclTokenExists",
     );
@@ -148,6 +164,7 @@ fn created_tokens_are_unique_by_accessor_and_by_secret_and_atomic() {
                     &[AclScope::Write, AclScope::Read, AclScope::Write],
                     2,
                 )],
+                salt: None,
             },
         )
         .unwrap();
@@ -173,6 +190,7 @@ fn bad_tokens_are_input_errors() {
             6,
             Command::CreateAclTokens {
                 tokens: vec![t.clone()],
+                salt: None,
             },
             "InvalidInput",
         );
@@ -180,7 +198,10 @@ fn bad_tokens_are_input_errors() {
     refused(
         &store,
         6,
-        Command::CreateAclTokens { tokens: vec![] },
+        Command::CreateAclTokens {
+            tokens: vec![],
+            salt: None,
+        },
         "EmptyRequest",
     );
 }
@@ -196,6 +217,7 @@ fn revocation_is_atomic_and_keeps_a_lasting_management_token() {
             6,
             &Command::CreateAclTokens {
                 tokens: vec![temp, token("dash", &[AclScope::Read], 3)],
+                salt: None,
             },
         )
         .unwrap();
@@ -241,6 +263,7 @@ fn tokens_survive_a_snapshot_and_acl_commands_are_marked() {
             6,
             &Command::CreateAclTokens {
                 tokens: vec![token("dash", &[AclScope::Read], 3)],
+                salt: None,
             },
         )
         .unwrap();
@@ -276,7 +299,13 @@ fn an_update_changes_name_and_scopes_only_and_keeps_a_lasting_manager() {
     dash.create_time = 100;
     dash.expiration_time = Some(10_000);
     store
-        .apply(6, &Command::CreateAclTokens { tokens: vec![dash] })
+        .apply(
+            6,
+            &Command::CreateAclTokens {
+                tokens: vec![dash],
+                salt: None,
+            },
+        )
         .unwrap();
     assert!(update("dash", "x", &[AclScope::Read]).is_acl());
     store
@@ -339,6 +368,7 @@ fn an_update_changes_name_and_scopes_only_and_keeps_a_lasting_manager() {
             10,
             &Command::CreateAclTokens {
                 tokens: vec![token("ops", &[AclScope::Management], 4)],
+                salt: None,
             },
         )
         .unwrap();

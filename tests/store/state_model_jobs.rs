@@ -71,9 +71,12 @@ impl Model {
                 create_index: index,
                 modify_index: index,
                 job_modify_index: index,
+                definition: req.definition.clone(),
             };
             if let Some(old) = self.jobs.get(&key) {
-                let same = old.job_type == row.job_type && old.task_groups == row.task_groups;
+                let same = old.job_type == row.job_type
+                    && old.task_groups == row.task_groups
+                    && old.definition == row.definition;
                 if same && old.status != JobStatus::Dead {
                     continue;
                 }
@@ -283,12 +286,19 @@ pub(super) fn job_strategy() -> impl Strategy<Value = Job> {
             ][..],
         ),
         prop::collection::vec(group_strategy(), 0..3),
+        // Registered definitions: none (as before format 3), or one of two.
+        prop::option::of(prop::sample::select(
+            &["{}", "{\"Datacenters\":[\"dc1\"]}"][..],
+        )),
     )
-        .prop_map(|(namespace, job_id, job_type, task_groups)| Job {
-            namespace,
-            id: job_id,
-            job_type,
-            task_groups,
-            ..Job::default()
-        })
+        .prop_map(
+            |(namespace, job_id, job_type, task_groups, definition)| Job {
+                namespace,
+                id: job_id,
+                job_type,
+                task_groups,
+                definition: definition.map(schedstate::model::JobDefinition::new),
+                ..Job::default()
+            },
+        )
 }

@@ -359,7 +359,9 @@ async fn watch_leader(server: Server, metrics: Arc<Metrics>, mut stopping: watch
         if leader != last {
             match leader {
                 Some(l) if l == server.id() => {
-                    tracing::info!(leader = l, term, "this server is the leader")
+                    tracing::info!(leader = l, term, "this server is the leader");
+                    // A state from before salted digests gets its salt from a leader.
+                    tokio::spawn(crate::service::salt_if_unsalted(server.clone()));
                 }
                 Some(l) => tracing::info!(leader = l, term, "leader changed"),
                 None => tracing::info!(term, "no leader"),

@@ -120,9 +120,8 @@ fn payload(row: &Row) -> serde_json::Value {
             crate::api::redact(&mut v);
             serde_json::to_value(NomadCsiVolume::from(&v)).map(|v| ("CSIVolume", v))
         }
-        Row::Job(j) => {
-            serde_json::to_value(crate::api::nomad::NomadJob::from(&**j)).map(|v| ("Job", v))
-        }
+        // As a read answers it: the registered definition with the row laid over it.
+        Row::Job(j) => Ok(("Job", crate::api::nomad::job_answer(j))),
         // Never streamed (see `event_of`); nothing of a token leaves here.
         Row::AclToken(_) => return serde_json::Value::Null,
     };

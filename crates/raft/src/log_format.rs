@@ -2,15 +2,17 @@
 //! ([`schedstate::persist::segment`]).
 //!
 //! ```text
-//! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 3
+//! raft-NNNNNNNNNNNNNNNNNNNN.log := segment with MAGIC "SCHEDRFT", VERSION 4
 //! record payload := postcard(RaftRecord)   (index first, then term, leader, body:
 //!                   blank | one command | membership | several commands
 //!                   | keyed commands: the leader's clock, per command its write key)
 //! ```
 //! Version 2 added jobs (the job commands, an allocation's job version); version 3 the
 //! keyed body (exactly-once writes, [`crate::WriteKeys`]) — a body kind of its own, so
-//! a version-2 record reads as it is. Version 1 segments are still read — their
-//! commands through their version-1 shape ([`schedstate::state::v1::CommandV1`]).
+//! a version-2 record reads as it is; version 4 the commands of the store's format 3
+//! (a job's registered definition, the ACL salt). Older segments are still read —
+//! their commands through their format's shape ([`schedstate::state::v1::CommandV1`]
+//! for version 1, [`schedstate::state::v2::CommandV2`] for versions 2 and 3).
 //! Segments of an older version are never appended to: records of this build go to a
 //! new segment after one.
 //! ```text
@@ -33,14 +35,15 @@ use schedstate::persist::PersistError;
 use schedstate::persist::segment::SegmentFormat;
 use schedstate::state::Command;
 use schedstate::state::v1::CommandV1;
+use schedstate::state::v2::CommandV2;
 use serde::{Deserialize, Serialize};
 
 use crate::{Entry, NodeId, Proposal, ProposalKeys, TypeConfig, WriteKey};
 
 /// The first bytes of every Raft log segment.
 pub const RAFT_LOG_MAGIC: &[u8; 8] = b"SCHEDRFT";
-/// The Raft log format version this build writes (it reads 1 to 3).
-pub const RAFT_LOG_VERSION: u32 = 3;
+/// The Raft log format version this build writes (it reads 1 to 4).
+pub const RAFT_LOG_VERSION: u32 = 4;
 /// The first bytes of the metadata file (vote, purge point).
 pub const RAFT_META_MAGIC: &[u8; 8] = b"SCHEDRMT";
 /// The metadata format version.
@@ -57,42 +60,60 @@ pub(crate) const RAFT_LOG_FORMAT: SegmentFormat = SegmentFormat {
 
 /// A record's payload in a segment of format `version`.
 pub(crate) fn decode_record(version: u32, payload: &[u8]) -> Result<RaftRecord, postcard::Error> {
-    if version != 1 {
-        return postcard::from_bytes::<RaftRecord>(payload);
+    match version {
+        1 => Ok(postcard::from_bytes::<RaftRecordOf<CommandV1>>(payload)?.into_current()),
+        2 | 3 => Ok(postcard::from_bytes::<RaftRecordOf<CommandV2>>(payload)?.into_current()),
+        _ => postcard::from_bytes::<RaftRecord>(payload),
     }
-    /// A record of format 1: the same layout, commands in their version-1 shape.
-    #[derive(Deserialize)]
-    struct RaftRecordV1 {
-        index: u64,
-        term: u64,
-        leader: NodeId,
-        body: RecordBodyV1,
-    }
-    #[derive(Deserialize)]
-    enum RecordBodyV1 {
-        Blank,
-        Command(CommandV1),
-        Membership {
-            configs: Vec<Vec<NodeId>>,
-            nodes: Vec<(NodeId, String)>,
-        },
-        Commands(Vec<CommandV1>),
-    }
-    let r = postcard::from_bytes::<RaftRecordV1>(payload)?;
-    let body = match r.body {
-        RecordBodyV1::Blank => RecordBody::Blank,
-        RecordBodyV1::Command(c) => RecordBody::Command(Arc::new(c.into())),
-        RecordBodyV1::Membership { configs, nodes } => RecordBody::Membership { configs, nodes },
-        RecordBodyV1::Commands(cs) => {
-            RecordBody::Commands(cs.into_iter().map(|c| Arc::new(c.into())).collect())
+}
+
+/// A record of an older format: the same layout, its commands in that format's shape
+/// (format 1: no `Keyed` body, which was appended and so never read there).
+#[derive(Deserialize)]
+struct RaftRecordOf<C> {
+    index: u64,
+    term: u64,
+    leader: NodeId,
+    body: RecordBodyOf<C>,
+}
+
+#[derive(Deserialize)]
+enum RecordBodyOf<C> {
+    Blank,
+    Command(C),
+    Membership {
+        configs: Vec<Vec<NodeId>>,
+        nodes: Vec<(NodeId, String)>,
+    },
+    Commands(Vec<C>),
+    Keyed {
+        at_ms: u64,
+        commands: Vec<(C, Option<WriteKey>)>,
+    },
+}
+
+impl<C: Into<Command>> RaftRecordOf<C> {
+    fn into_current(self) -> RaftRecord {
+        let cmd = |c: C| Arc::new(c.into());
+        let body = match self.body {
+            RecordBodyOf::Blank => RecordBody::Blank,
+            RecordBodyOf::Command(c) => RecordBody::Command(cmd(c)),
+            RecordBodyOf::Membership { configs, nodes } => {
+                RecordBody::Membership { configs, nodes }
+            }
+            RecordBodyOf::Commands(cs) => RecordBody::Commands(cs.into_iter().map(cmd).collect()),
+            RecordBodyOf::Keyed { at_ms, commands } => RecordBody::Keyed {
+                at_ms,
+                commands: commands.into_iter().map(|(c, k)| (cmd(c), k)).collect(),
+            },
+        };
+        RaftRecord {
+            index: self.index,
+            term: self.term,
+            leader: self.leader,
+            body,
         }
-    };
-    Ok(RaftRecord {
-        index: r.index,
-        term: r.term,
-        leader: r.leader,
-        body,
-    })
+    }
 }
 
 /// The file name of segment `seq` (named by the store, whose tools recognize a

@@ -5,7 +5,9 @@
 //!
 //! The server makes every secret and accessor id itself (122 random bits each; the
 //! bootstrap secret may be given, as Nomad allows) and proposes only the secret's
-//! hash: the secret is in the one answer that created the token and nowhere else — not
+//! digest, keyed with the cluster's ACL salt (the bootstrap makes the salt; a token
+//! created in a cluster without one carries a new one, which salts the stored digests
+//! too): the secret is in the one answer that created the token and nowhere else — not
 //! in the log, the state, a snapshot, the event stream or a log line. `GET
 //! /v1/acl/token/self` answers back the secret its caller presented (Nomad shows it
 //! there); a read by accessor, a list or an update never shows one (`SecretID: ""`).
@@ -31,7 +33,7 @@ use super::{AppState, json, with_index};
 use crate::api::{
     AclBootstrapRequest, AclTokenListStub, AclTokenRequest, AclTokenView, TokenRequestError,
 };
-use crate::service::{Caller, Service, hash_secret, new_uuid, unix_now};
+use crate::service::{Caller, Service, new_salt, new_uuid, unix_now};
 
 /// The longest a token may be made to live: beyond it, make one without expiry.
 const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -44,14 +46,16 @@ fn acl_off() -> ApiError {
     )
 }
 
+fn no_random(e: getrandom::Error) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal",
+        format!("the system's random generator failed: {e}"),
+    )
+}
+
 fn new_id() -> Result<String, ApiError> {
-    new_uuid().map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "Internal",
-            format!("the system's random generator failed: {e}"),
-        )
-    })
+    new_uuid().map_err(no_random)
 }
 
 /// What a newly made token answers: its view, with the secret this once.
@@ -109,17 +113,25 @@ pub(crate) async fn bootstrap(
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
+    let salt = match new_salt() {
+        Ok(s) => s,
+        Err(e) => return no_random(e).into_response(),
+    };
     let mut token = AclToken::new(
         accessor.as_str(),
         "Bootstrap Token",
         vec![AclScope::Management],
-        hash_secret(&secret),
+        salt.digest(&secret),
     );
     token.create_time = unix_now();
     if let Err(e) = key.refuse(SECRET_ONCE) {
         return e.into_response();
     }
-    match commit(&st, &key, Command::AclBootstrap { token }).await {
+    let command = Command::AclBootstrap {
+        token,
+        salt: Some(salt),
+    };
+    match commit(&st, &key, command).await {
         Ok(index) => {
             tracing::info!(accessor = %accessor, index, "ACL bootstrapped");
             created(&st, index, &accessor, secret, p.pretty)
@@ -216,25 +228,40 @@ pub(crate) async fn create(
         (Ok(s), Ok(a)) => (s, a),
         (Err(e), _) | (_, Err(e)) => return e.into_response(),
     };
-    let mut token = AclToken::new(
-        accessor.as_str(),
-        request.name,
-        scopes,
-        hash_secret(&secret),
-    );
+    let mut token = AclToken::new(accessor.as_str(), request.name, scopes, String::new());
     token.create_time = now;
     token.expiration_time = expiry;
-    let tokens = vec![token];
     if let Err(e) = key.refuse(SECRET_ONCE) {
         return e.into_response();
     }
-    match commit(&st, &key, Command::CreateAclTokens { tokens }).await {
-        Ok(index) => {
-            tracing::info!(accessor = %accessor, index, "ACL token created");
-            created(&st, index, &accessor, secret, p.pretty)
+    // The digest is keyed with the cluster's salt as this server knows it (a new one
+    // when it has none: the command sets it). A salt set meanwhile elsewhere refuses
+    // the write (`AclSaltMismatch`); it is made again once the salt is here.
+    let mut attempt = 0;
+    let index = loop {
+        attempt += 1;
+        let salt = match st.server.read_stale().view().acl_salt() {
+            Some(s) => s,
+            None => match new_salt() {
+                Ok(s) => s,
+                Err(e) => return no_random(e).into_response(),
+            },
+        };
+        token.secret_hash = salt.digest(&secret);
+        let command = Command::CreateAclTokens {
+            tokens: vec![token.clone()],
+            salt: Some(salt),
+        };
+        match commit(&st, &key, command).await {
+            Ok(index) => break index,
+            Err(e) if e.body.kind == "AclSaltMismatch" && attempt < 5 => {
+                tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
+            }
+            Err(e) => return e.into_response(),
         }
-        Err(e) => e.into_response(),
-    }
+    };
+    tracing::info!(accessor = %accessor, index, "ACL token created");
+    created(&st, index, &accessor, secret, p.pretty)
 }
 
 /// `POST`/`PUT /v1/acl/token/{accessor}`: a token's new name and rights
@@ -280,7 +307,14 @@ async fn update_token(
         return ApiError::not_found("AclTokenNotFound", format!("no ACL token {accessor:?}"))
             .into_response();
     };
-    if !request.secret_id.is_empty() && hash_secret(&request.secret_id) != stored.secret_hash {
+    if !request.secret_id.is_empty()
+        && st
+            .server
+            .read_stale()
+            .view()
+            .acl_digest_of(&request.secret_id)
+            != stored.secret_hash
+    {
         return ApiError::bad_request(
             "a token's SecretID cannot be changed: make a new token and revoke this one",
         )

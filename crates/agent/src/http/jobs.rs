@@ -8,11 +8,17 @@
 //! that job only (a missing job: the jobs' delete index). `GET /v1/job/{id}/allocations`: the job's allocations as
 //! `AllocListStub`s (404 when neither the job nor an allocation of it exists).
 //!
+//! A read of one job (and a list with `?full`) answers the job as it was registered —
+//! drivers, configs, resources, everything the store does not parse — with the row's
+//! own fields laid over it (`api::nomad::job_answer`).
+//!
 //! Writes, the calls Nomad's clients make: `POST`/`PUT /v1/jobs` and
 //! `POST /v1/job/{id}` with Nomad's register body `{"Job": {…}}` register a job or
 //! update its definition; what the store sets (status, version, indexes) is ignored in
 //! the body, and what it cannot honour is refused (400): `Stop: true` (stop a job
-//! with `DELETE`) and `EnforceIndex` (no check-and-set). `DELETE
+//! with `DELETE`) and `EnforceIndex` (no check-and-set). The `Job` object is kept whole
+//! as the job's definition (`api::nomad::definition_of`), up to 1 MiB: a larger one is
+//! 413 `JobDefinitionTooLarge`, and nothing is proposed. `DELETE
 //! /v1/job/{id}?namespace=&purge=` stops the job (status dead, row kept) or, with
 //! `purge=true`, deletes it; an unknown job is a 404 `JobNotFound`. The answers are
 //! Nomad's `JobRegisterResponse` / `JobDeregisterResponse` without an evaluation (the
@@ -23,7 +29,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use schedstate::model::Job;
+use schedstate::model::{Job, JobDefinition};
 use schedstate::state::{Command, StateView, Table};
 use serde::Deserialize;
 
@@ -38,8 +44,13 @@ use super::query::{Checked, Params};
 use super::reads::{Item, absent, blocking, index_of, namespace_of, scan};
 use super::writes::commit;
 use super::{AppState, json};
-use crate::api::nomad::{NomadAllocListStub, NomadJob, NomadJobListStub, nullable};
+use crate::api::nomad::{
+    DefinitionTooLarge, NomadAllocListStub, NomadJob, NomadJobListStub, definition_of, job_answer,
+    nullable,
+};
 use crate::service::Service;
+use schedstate::model::MAX_DEFINITION_BYTES;
+use serde_json::{Map, Value};
 
 fn job_not_found(namespace: &str, id: &str) -> ApiError {
     ApiError::not_found(
@@ -56,7 +67,7 @@ pub(crate) async fn list(State(st): State<AppState>, Checked(p): Checked) -> Res
     let (full, namespace) = (p.full, namespace_of(&p));
     let show = move |_: &StateView<'_>, j: &Arc<Job>| {
         if full {
-            Item::Full(NomadJob::from(&**j))
+            Item::Full(job_answer(j))
         } else {
             Item::Stub(NomadJobListStub::from(&**j))
         }
@@ -96,7 +107,7 @@ pub(crate) async fn read(
         // Its own modify index (as a node read does): a blocking read wakes on a
         // write of this job only; once it is gone, the jobs' delete index.
         |v| match v.job(&namespace, &id) {
-            Some(j) => (j.modify_index, Some(NomadJob::from(&*j)), None),
+            Some(j) => (j.modify_index, Some(job_answer(&j)), None),
             None => (absent(&v, Table::Jobs), None, None),
         },
     )
@@ -144,26 +155,55 @@ struct RegisterRequest {
 }
 
 /// Reads a register body: JSON, up to the write limit (a job with its templates and
-/// environment can outgrow the small bodies' limit).
+/// environment can outgrow the small bodies' limit). Returns the parsed request and
+/// the body's `Job` object as sent (its definition).
 async fn read_register(
     st: &Service,
     headers: &HeaderMap,
     body: ClientBody,
-) -> Result<RegisterRequest, ApiError> {
-    read_write_json(
+) -> Result<(RegisterRequest, Option<Map<String, Value>>), ApiError> {
+    const WHAT: &str = "a job registration";
+    let value: Value = read_write_json(
         st,
         headers,
         body,
-        "a job registration",
+        WHAT,
         "{\"Job\": {\"ID\": …, \"TaskGroups\": […]}}",
     )
-    .await
+    .await?;
+    let object = value.get("Job").and_then(Value::as_object).cloned();
+    let request = serde_json::from_value(value)
+        .map_err(|e| ApiError::bad_request(format!("the body is not {WHAT}: {e}")))?;
+    Ok((request, object))
+}
+
+/// The definition kept for a registration's `Job` object.
+fn definition(
+    object: Option<&Map<String, Value>>,
+    parsed: &Job,
+) -> Result<Option<JobDefinition>, ApiError> {
+    let Some(object) = object else {
+        return Ok(None);
+    };
+    definition_of(object, parsed).map(Some).map_err(|DefinitionTooLarge(bytes)| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "JobDefinitionTooLarge",
+            format!(
+                "the job's definition is {bytes} bytes (without the fields the store sets); a job may hold at most {MAX_DEFINITION_BYTES}"
+            ),
+        )
+    })
 }
 
 /// The job a register body carries, checked against what the store can do and the
 /// path's id; its namespace, if it names none, is `?namespace=`, else `default` (`*`
 /// in either is refused).
-fn job_of(request: RegisterRequest, path_id: Option<&str>, p: &Params) -> Result<Job, ApiError> {
+fn job_of(
+    (request, object): (RegisterRequest, Option<Map<String, Value>>),
+    path_id: Option<&str>,
+    p: &Params,
+) -> Result<Job, ApiError> {
     let Some(mut shape) = request.job else {
         return Err(ApiError::bad_request(
             "no job in the request: send {\"Job\": {\"ID\": …, \"TaskGroups\": […]}}",
@@ -188,7 +228,9 @@ fn job_of(request: RegisterRequest, path_id: Option<&str>, p: &Params) -> Result
         )));
     }
     shape.namespace = body_namespace(&shape.namespace, p, "a job registration")?;
-    Job::try_from(shape).map_err(|e| ApiError::bad_request(e.to_string()))
+    let mut job = Job::try_from(shape).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    job.definition = definition(object.as_ref(), &job)?;
+    Ok(job)
 }
 
 async fn register_job(

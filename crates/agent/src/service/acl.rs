@@ -1,8 +1,10 @@
 //! Who is calling: a request's secret resolved to an ACL token of the replicated
 //! state, and whether that token may act in a scope.
 //!
-//! A secret is never compared as text: the server hashes what the request carries
-//! (SHA-256) and looks the digest up in the tokens' unique index, so timing can tell an
+//! A secret is never compared as text: the server computes the digest of what the
+//! request carries — `HMAC-SHA256(cluster salt, SHA-256(secret))`, or the bare SHA-256
+//! in a state with no salt yet (`schedstate::model::acl` says why a salt and not a
+//! slow hash) — and looks it up in the tokens' unique index, so timing can tell an
 //! attacker at most something about a digest, never about a secret or its length; the
 //! digest found is then compared again in constant time. Tokens are checked against
 //! this server's copy of the state, so a revocation applies on each server as soon as
@@ -11,8 +13,9 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use schedstate::model::{AclScope, AclToken};
-use sha2::{Digest, Sha256};
+use schedstate::model::{AclSalt, AclScope, AclToken};
+use schedstate::state::Command;
+use schedstate_raft::{ProposeError, Server};
 use subtle::ConstantTimeEq;
 
 use super::Service;
@@ -72,9 +75,46 @@ pub(crate) struct Caller {
     pub token: Option<Arc<AclToken>>,
 }
 
-/// The SHA-256 of a secret, as the tokens table stores it (64 lowercase hex digits).
-pub(crate) fn hash_secret(secret: &str) -> String {
-    hex(&Sha256::digest(secret.as_bytes()))
+/// A new cluster ACL salt: 32 bytes from the operating system's generator.
+pub(crate) fn new_salt() -> Result<AclSalt, getrandom::Error> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b)?;
+    Ok(AclSalt(b))
+}
+
+/// Salts the digests of a state bootstrapped before salts existed (format 1 or 2):
+/// proposes `SetAclSalt` with a new salt if this server's state has tokens and no
+/// salt. Run by a server when it becomes the leader; a salt set meanwhile by another
+/// makes the proposal a refused no-op (`AclAlreadySalted`), which is fine.
+pub(crate) async fn salt_if_unsalted(server: Server) {
+    // What this leader's log holds applied first: a salt set in an entry it has not
+    // applied yet would make the proposal a refused no-op entry.
+    let last = server.raft().metrics().borrow().last_log_index.unwrap_or(0);
+    let _ = server
+        .wait_applied(last, std::time::Duration::from_secs(10))
+        .await;
+    let unsalted = {
+        let snap = server.read_stale();
+        let v = snap.view();
+        v.acl_bootstrapped() && v.acl_salt().is_none()
+    };
+    if !unsalted {
+        return;
+    }
+    let salt = match new_salt() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not make an ACL salt; token digests stay unsalted");
+            return;
+        }
+    };
+    match server.propose(Command::SetAclSalt { salt }).await {
+        Ok(c) => tracing::info!(index = c.index, "ACL token digests salted"),
+        Err(ProposeError::Refused { error, .. }) => {
+            tracing::debug!(%error, "ACL salt not set here")
+        }
+        Err(e) => tracing::info!(error = %e, "could not salt ACL token digests yet"),
+    }
 }
 
 /// A new random identifier in the UUID v4 form (122 random bits): a secret or an
@@ -125,7 +165,7 @@ impl Service {
                 AuthError::NotBootstrapped
             });
         };
-        let hash = hash_secret(secret);
+        let hash = view.acl_digest_of(secret);
         let token = view
             .acl_token_by_secret_hash(&hash)
             .filter(|t| bool::from(t.secret_hash.as_bytes().ct_eq(hash.as_bytes())));
@@ -168,8 +208,10 @@ impl Service {
             .read_stale()
             .view()
             .acl_token(&token.accessor_id);
+        // The same row by its create index: a salt set meanwhile re-keyed the digest,
+        // which changes no token (a revoked and re-made accessor id would differ).
         match current {
-            Some(t) if t.secret_hash == token.secret_hash => {
+            Some(t) if t.create_index == token.create_index => {
                 if t.expired_at(unix_now()) {
                     Err(AuthError::Expired {
                         accessor: t.accessor_id.to_string(),
@@ -193,11 +235,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hashes_are_sha256_hex_and_uuids_are_v4() {
-        assert_eq!(
-            hash_secret("abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+    fn salts_are_random_and_uuids_are_v4() {
+        assert_ne!(new_salt().unwrap(), new_salt().unwrap());
         let u = new_uuid().unwrap();
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4");

@@ -15,7 +15,7 @@ use std::time::Duration;
 use schedstate_raft::Server;
 use tokio::sync::watch;
 
-pub(crate) use acl::{AuthError, Caller, hash_secret, new_uuid, unix_now};
+pub(crate) use acl::{AuthError, Caller, new_salt, new_uuid, salt_if_unsalted, unix_now};
 pub(crate) use connections::Admission;
 pub(crate) use gates::{AnswerPermit, BodyPermit, CountPermit, Gates};
 pub(crate) use scans::{Budget, ScanRefused};

@@ -176,7 +176,7 @@ async fn jobs_in_nomads_shapes_set_the_plugins_expected_counts() {
     let (_, _, batch) = get(&agents, "/v1/jobs?namespace=batch&full=true").await;
     assert_eq!(
         batch[0]["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"],
-        json!({"ID": "hostpath", "Type": "monolith"})
+        json!({"ID": "hostpath", "Type": "monolith", "MountDir": "/csi"})
     );
     let (_, h, page) = get(&agents, "/v1/jobs?per_page=1").await;
     assert_eq!(ids(&page), ["ebs-controller"]);

@@ -3,12 +3,14 @@
 
 mod acl;
 mod acl_nomad;
+mod acl_salt;
 mod false_wakes;
 mod follower_reads;
 mod go_client;
 mod health;
 mod hostile;
 mod idempotency;
+mod job_definitions;
 mod jobs;
 mod namespaces;
 mod nomad;

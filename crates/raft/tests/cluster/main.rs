@@ -6,6 +6,7 @@ mod batching;
 mod exactly_once;
 mod forged;
 mod golden;
+mod golden_v3;
 mod inspect;
 mod log_files;
 mod membership;

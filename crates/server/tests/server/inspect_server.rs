@@ -136,7 +136,7 @@ async fn inspect_reads_a_running_agents_directory_and_changes_nothing() {
     assert!(kv["Vote"].contains("for server 1"), "{out}");
     assert!(kv["Log"].starts_with("index 0 to "), "{out}");
     assert!(
-        kv["Format"].starts_with("log v3, metadata v1, snapshot v2"),
+        kv["Format"].starts_with("log v4, metadata v1, snapshot v2"),
         "{out}"
     );
     assert_eq!(kv["Purged"], "none", "{out}");

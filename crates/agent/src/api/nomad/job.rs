@@ -1,10 +1,11 @@
-//! `Job` and `JobListStub`: the parts of Nomad's job a CSI-aware state store keeps —
+//! `Job` and `JobListStub`: the parts of Nomad's job a CSI-aware state store parses —
 //! type, status, version, task groups with their counts, and each task's
 //! `CSIPluginConfig` (plugin id and type, in Nomad's spellings).
 //!
 //! A registration may carry everything else of a Nomad job (datacenters, drivers,
-//! resources, a plugin's `MountDir`): it is ignored. What Go sends as `null` for a nil
-//! pointer, map or slice reads as Nomad's default (`Count` 1, `Type` service, no
+//! resources, a plugin's `MountDir`): not parsed, but kept whole as the job's
+//! definition and answered back (`job_definition.rs`). What Go sends as `null` for a
+//! nil pointer, map or slice reads as Nomad's default (`Count` 1, `Type` service, no
 //! groups or tasks).
 
 use schedstate::model::{CsiPluginType, Job, JobStatus, JobType, Task, TaskCsiPlugin, TaskGroup};
@@ -170,6 +171,7 @@ impl TryFrom<NomadJob> for Job {
             create_index: j.create_index,
             modify_index: j.modify_index,
             job_modify_index: j.job_modify_index,
+            definition: None,
         })
     }
 }

@@ -17,12 +17,14 @@
 //! | `alloc.rs` | `Allocation`, `AllocListStub` |
 //! | `csi.rs` | `CSIInfo` (a plugin instance / fingerprint), `CSIPlugin` (with its `ControllerJobs`/`NodeJobs`), `CSIPluginListStub` |
 //! | `job.rs` | `Job`, `JobListStub`, `TaskGroup`, `Task`, `TaskCSIPluginConfig` |
+//! | `job_definition.rs` | a job's registered definition: what is kept of a registration, and a read's answer (the row laid over it) |
 //! | `volume.rs` | `CSIVolume`, `CSIVolumeListStub`, `CSIVolumeClaim` |
 //! | `time.rs` | Go's `time.Time` as RFC 3339 (the zero time for 0) |
 
 mod alloc;
 mod csi;
 mod job;
+mod job_definition;
 mod node;
 pub(crate) mod time;
 mod volume;
@@ -32,6 +34,7 @@ pub use csi::{
     NomadCsiInfo, NomadCsiPlugin, NomadCsiPluginListStub, NomadJobDescription, NomadJobDescriptions,
 };
 pub use job::{NomadJob, NomadJobListStub, NomadTask, NomadTaskCsiPluginConfig, NomadTaskGroup};
+pub use job_definition::{DefinitionTooLarge, STORE_OWNED, definition_of, job_answer};
 pub use node::{NomadDrainStrategy, NomadNode, NomadNodeListStub};
 pub use volume::{NomadCsiVolume, NomadCsiVolumeListStub};
 
