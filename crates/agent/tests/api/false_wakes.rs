@@ -26,7 +26,13 @@ fn index_of(resp: &reqwest::Response) -> u64 {
         .get(NOMAD_INDEX_HEADER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
-        .expect("an X-Nomad-Index header")
+        .unwrap_or_else(|| {
+            panic!(
+                "an X-Nomad-Index header in a {} answer ({:?})",
+                resp.status(),
+                resp.headers()
+            )
+        })
 }
 
 /// `GET path` on agent 0: the status and the index.

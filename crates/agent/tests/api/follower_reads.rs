@@ -61,9 +61,20 @@ async fn two_hundred_blocked_reads_on_a_follower_hold_few_leader_connections() {
     let url = agents.url(follower, &format!("/v1/nodes?index={index}&wait=30s"));
     let reads: Vec<_> = (0..200)
         .map(|_| {
-            let req = client.get(&url).header("X-Nomad-Token", TOKEN);
+            let (client, url) = (client.clone(), url.clone());
             tokio::spawn(async move {
-                let resp = req.send().await.expect("an answer to a blocked read");
+                // A 503 (no leader for a moment: an election on a starved machine) is
+                // asked again, as a client does; any other early answer is a failure.
+                let mut tries = 0;
+                let resp = loop {
+                    tries += 1;
+                    let req = client.get(&url).header("X-Nomad-Token", TOKEN);
+                    let resp = req.send().await.expect("an answer to a blocked read");
+                    if resp.status().as_u16() != 503 || tries == 20 {
+                        break resp;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                };
                 let status = resp.status().as_u16();
                 let index: u64 = resp
                     .headers()
