@@ -385,8 +385,15 @@ def main():
     check("job Namespace", job["Namespace"], "default")
     check("job Version", job["Version"], 0)
     check("job Count", job["TaskGroups"][0]["Count"], 4)
-    check("job CSIPluginConfig", job["TaskGroups"][0]["Tasks"][0]["CSIPluginConfig"],
-          {"ID": plugin_id, "Type": "node"})
+    # The job comes back whole, as registered (what the store does not use included).
+    task = job["TaskGroups"][0]["Tasks"][0]
+    config = task["CSIPluginConfig"]
+    check("job CSIPluginConfig", {k: config.get(k) for k in ("ID", "Type", "MountDir")},
+          {"ID": plugin_id, "Type": "node", "MountDir": "/csi"})
+    check("job task Driver", task["Driver"], "docker")
+    check("job task Config", task["Config"],
+          {"image": "public.ecr.aws/ebs-csi-driver/aws-ebs-csi-driver:v1.25.0"})
+    check("job Datacenters", job["Datacenters"], ["dc1"])
     check("job allocations", n.job.get_allocations(nodes_job), [])
     check("expected follows the jobs", plugin_counts(), (2, 4))
     plugin = raw.get("plugin", "csi", plugin_id).json()
