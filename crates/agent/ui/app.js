@@ -48,7 +48,7 @@ function renderBanners() {
 
 function noLeaderErrors() {
   if (!current) return [];
-  return Object.values(current.errors).filter((e) => e.status === 503 || e.knownLeader === false);
+  return Object.values(current.errors).filter((e) => e.kind === 'NoLeader' || e.knownLeader === false);
 }
 
 function queueRender() {

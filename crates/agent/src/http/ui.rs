@@ -29,7 +29,7 @@ struct Asset {
 }
 
 macro_rules! asset {
-    ($name:literal, $type:literal) => {
+    ($name:literal, $type:expr) => {
         Asset {
             name: $name,
             content_type: $type,
@@ -88,7 +88,10 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
     } else {
         (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, HeaderValue::from_static(a.content_type))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(a.content_type),
+            )],
             a.body,
         )
             .into_response()
@@ -124,11 +127,7 @@ fn secured(mut resp: Response, cacheable: bool) -> Response {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(
         header::CACHE_CONTROL,
-        HeaderValue::from_static(if cacheable {
-            "no-cache"
-        } else {
-            "no-store"
-        }),
+        HeaderValue::from_static(if cacheable { "no-cache" } else { "no-store" }),
     );
     resp
 }
@@ -144,17 +143,22 @@ mod tests {
             let r = serve(a.name, &none);
             assert_eq!(r.status(), StatusCode::OK, "{}", a.name);
             assert_eq!(r.headers()[header::CONTENT_TYPE], a.content_type);
-            assert!(r.headers()[header::CONTENT_SECURITY_POLICY]
-                .to_str()
-                .unwrap()
-                .contains("script-src 'self'"));
+            assert!(
+                r.headers()[header::CONTENT_SECURITY_POLICY]
+                    .to_str()
+                    .unwrap()
+                    .contains("script-src 'self'")
+            );
             assert!(!a.body.is_empty(), "{}", a.name);
             // Asked again with its validator: not modified.
             let mut again = HeaderMap::new();
             again.insert(header::IF_NONE_MATCH, r.headers()[header::ETAG].clone());
             assert_eq!(serve(a.name, &again).status(), StatusCode::NOT_MODIFIED);
         }
-        assert_eq!(serve("../Cargo.toml", &none).status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            serve("../Cargo.toml", &none).status(),
+            StatusCode::NOT_FOUND
+        );
         assert_eq!(serve("nope.js", &none).status(), StatusCode::NOT_FOUND);
     }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use schedstate::model::AclScope;
 use schedstate::state::Command as StateCommand;
-use schedstate_agent::api::AclTokenRequest;
 use schedstate_agent::ReadOptions;
+use schedstate_agent::api::AclTokenRequest;
 use serde_json::{Value, json};
 
 use crate::agent_procs::{ProcCluster, free_ports};
@@ -144,7 +144,10 @@ async fn until(c: &Client, within: Duration, script: &str, done: impl Fn(&Value)
         if done(&v) {
             return v;
         }
-        assert!(start.elapsed() < within, "not within {within:?}: {script} gave {v}");
+        assert!(
+            start.elapsed() < within,
+            "not within {within:?}: {script} gave {v}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
@@ -169,7 +172,13 @@ fn cli_plugin_rows(cluster: &ProcCluster, token: &str) -> Vec<Vec<String>> {
         .env_remove("SCHEDSTATE_ADDR")
         .env_remove("SCHEDSTATE_TOKEN_FILE")
         .env("SCHEDSTATE_TOKEN", token)
-        .args(["plugin", "status", "--address", &cluster.address(0), "--ca-cert"])
+        .args([
+            "plugin",
+            "status",
+            "--address",
+            &cluster.address(0),
+            "--ca-cert",
+        ])
         .arg(ca)
         .output()
         .expect("runs");
@@ -220,7 +229,11 @@ async fn run(b: &Browser) {
         .await
         .expect("read token");
     let read_secret = read.secret_id.clone().expect("a new token's secret");
-    let home = trusting_home(&b.certutil, cluster.root.path(), &cluster.root.path().join("ca.pem"));
+    let home = trusting_home(
+        &b.certutil,
+        cluster.root.path(),
+        &cluster.root.path().join("ca.pem"),
+    );
     let (_driver, c) = start_driver(b, &home).await;
     let base = cluster.address(0);
 
@@ -233,12 +246,20 @@ async fn run(b: &Browser) {
         .await
         .expect("the login form");
     field.send_keys(&read_secret).await.expect("typed");
-    c.find(Locator::Css("#login-button")).await.expect("button").click().await.expect("click");
+    c.find(Locator::Css("#login-button"))
+        .await
+        .expect("button")
+        .click()
+        .await
+        .expect("click");
     let counts = until(
         &c,
         SHOWN,
         "const d = document.querySelector('#counts'); return d ? d.innerText : null;",
-        |v| v.as_str().is_some_and(|t| t.contains("Nodes") && !t.contains('–')),
+        |v| {
+            v.as_str()
+                .is_some_and(|t| t.contains("Nodes") && !t.contains('–'))
+        },
     )
     .await;
     let counts = counts.as_str().unwrap_or_default().to_string();
@@ -247,9 +268,29 @@ async fn run(b: &Browser) {
     }
     // The read token lacks the operator scope: the servers are not shown, and the
     // page says why.
-    until(&c, SHOWN, "return !!document.querySelector('#banner-scope');", |v| v == &json!(true)).await;
+    until(
+        &c,
+        SHOWN,
+        "return !!document.querySelector('#banner-scope');",
+        |v| v == &json!(true),
+    )
+    .await;
+    // The token is in the tab's session storage only: not in the address, the page or
+    // local storage.
     let url = c.current_url().await.expect("url");
-    assert!(!url.as_str().contains(&read_secret), "the token is in the address: {url}");
+    assert!(
+        !url.as_str().contains(&read_secret),
+        "the token is in the address: {url}"
+    );
+    let kept = c
+        .execute(
+            "return [sessionStorage.getItem('schedstate.token'), localStorage.length, \
+             document.documentElement.outerHTML.includes(arguments[0])];",
+            vec![json!(read_secret)],
+        )
+        .await
+        .expect("storage read");
+    assert_eq!(kept, json!([read_secret, 0, false]));
     screenshot(&c, "overview").await;
 
     // The plugin table: the CLI's, value for value.
@@ -274,24 +315,45 @@ async fn run(b: &Browser) {
         .expect("node-2")
         .value
         .expect("node-2 exists");
-    let ebs = node.csi_node_plugins.get("ebs").expect("ebs on node-2").clone();
+    let ebs = node
+        .csi_node_plugins
+        .get("ebs")
+        .expect("ebs on node-2")
+        .clone();
     node.add_csi_plugin((*ebs).clone().with_health(true, "healthy"));
     let written = Instant::now();
-    admin.apply(&StateCommand::UpsertNode { node }).await.expect("fingerprint");
+    admin
+        .apply(&StateCommand::UpsertNode { node })
+        .await
+        .expect("fingerprint");
     until(&c, Duration::from_secs(2), &rows_of("plugins-table"), |v| {
         ebs_nodes(v).as_deref() == Some("2/3")
     })
     .await;
-    eprintln!("the page showed the fingerprint {:?} after the write", written.elapsed());
+    eprintln!(
+        "the page showed the fingerprint {:?} after the write",
+        written.elapsed()
+    );
     open(&c, &base, "#/plugin/ebs").await;
-    until(&c, SHOWN, &rows_of("instances-table"), |v| v.as_array().is_some_and(|r| r.len() == 3)).await;
+    until(&c, SHOWN, &rows_of("instances-table"), |v| {
+        v.as_array().is_some_and(|r| r.len() == 3)
+    })
+    .await;
     screenshot(&c, "plugin").await;
 
     // A volume and its claim.
     open(&c, &base, "#/volumes").await;
-    until(&c, SHOWN, &rows_of("volumes-table"), |v| v.as_array().is_some_and(|r| r.len() == 3)).await;
+    until(&c, SHOWN, &rows_of("volumes-table"), |v| {
+        v.as_array().is_some_and(|r| r.len() == 3)
+    })
+    .await;
     screenshot(&c, "volumes").await;
-    c.find(Locator::LinkText("web-001")).await.expect("the volume's link").click().await.expect("click");
+    c.find(Locator::LinkText("web-001"))
+        .await
+        .expect("the volume's link")
+        .click()
+        .await
+        .expect("click");
     let claims = until(&c, SHOWN, &rows_of("claims-table"), |v| {
         v.as_array().is_some_and(|r| !r.is_empty())
     })
@@ -301,18 +363,43 @@ async fn run(b: &Browser) {
     assert_eq!(claims[0][2], "node-1", "{claims}");
     screenshot(&c, "volume").await;
     open(&c, &base, "#/nodes").await;
-    until(&c, SHOWN, &rows_of("nodes-table"), |v| v.as_array().is_some_and(|r| r.len() == 2)).await;
+    until(&c, SHOWN, &rows_of("nodes-table"), |v| {
+        v.as_array().is_some_and(|r| r.len() == 2)
+    })
+    .await;
     screenshot(&c, "nodes").await;
     open(&c, &base, "#/jobs").await;
-    until(&c, SHOWN, &rows_of("jobs-table"), |v| v.as_array().is_some_and(|r| r.len() == 5)).await;
+    until(&c, SHOWN, &rows_of("jobs-table"), |v| {
+        v.as_array().is_some_and(|r| r.len() == 5)
+    })
+    .await;
     screenshot(&c, "jobs").await;
 
     // Two of three agents killed: the one the page reads knows no leader, and says so.
     open(&c, &base, "#/plugins").await;
-    until(&c, SHOWN, &rows_of("plugins-table"), |v| v.as_array().is_some_and(|r| r.len() == 2)).await;
+    until(&c, SHOWN, &rows_of("plugins-table"), |v| {
+        v.as_array().is_some_and(|r| r.len() == 2)
+    })
+    .await;
     cluster.kill(1);
     cluster.kill(2);
-    until(&c, SHOWN, "return !!document.querySelector('#banner-no-leader');", |v| v == &json!(true)).await;
+    until(
+        &c,
+        SHOWN,
+        "return !!document.querySelector('#banner-no-leader');",
+        |v| v == &json!(true),
+    )
+    .await;
     screenshot(&c, "no-leader").await;
+    // And the last one: the page says the agent is unreachable, and keeps trying.
+    cluster.kill(0);
+    until(
+        &c,
+        SHOWN,
+        "return !!document.querySelector('#banner-unreachable');",
+        |v| v == &json!(true),
+    )
+    .await;
+    screenshot(&c, "unreachable").await;
     let _ = c.close().await;
 }
