@@ -80,14 +80,17 @@ export function watch(path, { blocking = true, periodMs = 1000 }, signal, report
   (async () => {
     let index = 0;
     let delay = 0;
-    let first = true;
+    let last = null;
     while (!signal.aborted) {
       try {
         const r = await get(path, { index: blocking ? index : 0, signal });
+        // Reported only when it changed (or the previous try failed): a blocking
+        // query that timed out answers the same index, a poll the same data, and
+        // the page is not built again for nothing.
+        const seen = blocking ? String(r.index) : JSON.stringify([r.data, r.knownLeader]);
+        if (delay !== 0 || seen !== last) report({ ok: true, ...r });
         delay = 0;
-        // A blocking query that timed out answers the same index: nothing changed.
-        if (first || !blocking || r.index !== index) report({ ok: true, ...r });
-        first = false;
+        last = seen;
         // An index that went backwards (a restored snapshot) starts over.
         index = r.index > 0 ? r.index : 0;
         if (!blocking || index === 0) await sleep(periodMs, signal);

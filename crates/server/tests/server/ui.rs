@@ -42,12 +42,11 @@ fn on_path(names: &[&str]) -> Option<PathBuf> {
 }
 
 fn browser() -> Option<Browser> {
-    let found = Browser {
+    Some(Browser {
         chromium: on_path(&["chromium", "chromium-browser"])?,
         driver: on_path(&["chromedriver"])?,
         certutil: on_path(&["certutil"])?,
-    };
-    Some(found)
+    })
 }
 
 /// `chromedriver` in a process group of its own, so that the browsers it starts go
@@ -118,8 +117,8 @@ async fn start_driver(b: &Browser, home: &Path) -> (Driver, Client) {
             .await
         {
             Ok(c) => return (driver, c),
-            Err(e) if start.elapsed() < SHOWN => {
-                let _ = e;
+            // chromedriver takes a moment to listen.
+            Err(_) if start.elapsed() < SHOWN => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Err(e) => panic!("no WebDriver session: {e}"),
@@ -149,6 +148,20 @@ async fn until(c: &Client, within: Duration, script: &str, done: impl Fn(&Value)
             "not within {within:?}: {script} gave {v}"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Clicks what `locator` finds, found again if the page was rendered anew between the
+/// lookup and the click (a live page may, on a change).
+async fn click(c: &Client, locator: Locator<'_>) {
+    let start = Instant::now();
+    loop {
+        let found = c.wait().at_most(SHOWN).for_element(locator).await;
+        match found.expect("the element").click().await {
+            Ok(()) => return,
+            Err(e) if start.elapsed() < SHOWN => eprintln!("clicking again: {e}"),
+            Err(e) => panic!("click: {e}"),
+        }
     }
 }
 
@@ -246,12 +259,7 @@ async fn run(b: &Browser) {
         .await
         .expect("the login form");
     field.send_keys(&read_secret).await.expect("typed");
-    c.find(Locator::Css("#login-button"))
-        .await
-        .expect("button")
-        .click()
-        .await
-        .expect("click");
+    click(&c, Locator::Css("#login-button")).await;
     let counts = until(
         &c,
         SHOWN,
@@ -348,12 +356,7 @@ async fn run(b: &Browser) {
     })
     .await;
     screenshot(&c, "volumes").await;
-    c.find(Locator::LinkText("web-001"))
-        .await
-        .expect("the volume's link")
-        .click()
-        .await
-        .expect("click");
+    click(&c, Locator::LinkText("web-001")).await;
     let claims = until(&c, SHOWN, &rows_of("claims-table"), |v| {
         v.as_array().is_some_and(|r| !r.is_empty())
     })
@@ -374,6 +377,44 @@ async fn run(b: &Browser) {
     })
     .await;
     screenshot(&c, "jobs").await;
+
+    // Log out (the token is forgotten), and in again with the management token: the
+    // overview shows the servers and this agent's Raft state.
+    click(&c, Locator::Css("#logout")).await;
+    let gone = c
+        .execute("return sessionStorage.getItem('schedstate.token');", vec![])
+        .await
+        .expect("storage read");
+    assert_eq!(gone, Value::Null, "the token outlives the logout");
+    c.find(Locator::Css("#token"))
+        .await
+        .expect("field")
+        .send_keys(ROOT)
+        .await
+        .expect("typed");
+    click(&c, Locator::Css("#login-button")).await;
+    open(&c, &base, "#/overview").await;
+    let servers = until(&c, SHOWN, &rows_of("servers-table"), |v| {
+        v.as_array().is_some_and(|r| r.len() == 3)
+    })
+    .await;
+    let roles: Vec<&str> = (0..3).filter_map(|i| servers[i][2].as_str()).collect();
+    assert_eq!(
+        roles.iter().filter(|r| **r == "leader").count(),
+        1,
+        "{servers}"
+    );
+    until(
+        &c,
+        SHOWN,
+        "return document.querySelector('#cluster-facts').innerText;",
+        |v| {
+            v.as_str()
+                .is_some_and(|t| t.contains("Term") && !t.contains("Term\n–"))
+        },
+    )
+    .await;
+    screenshot(&c, "overview-operator").await;
 
     // Two of three agents killed: the one the page reads knows no leader, and says so.
     open(&c, &base, "#/plugins").await;
