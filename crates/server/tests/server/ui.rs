@@ -4,6 +4,12 @@
 //! browser trusts that CA properly: it is added to an NSS database in the browser's
 //! own temporary home (`certutil`), as a user adds a private CA on Linux.
 //!
+//! The walk: log in with a read token (the servers hidden, a banner says why; the
+//! token in session storage only), the plugin table against `schedstate plugin
+//! status`, a fingerprint write seen within 2 s, one plugin, the volumes and one
+//! volume's claim, nodes, jobs; log out and in with the management token (the
+//! servers shown); two agents killed (the no-leader banner), the third (unreachable).
+//!
 //! Without `chromium`, `chromedriver` or `certutil` the test says so and passes,
 //! unless `SCHEDSTATE_UI_TEST=required` (set by `.ci/run`, which installs them).
 //! Screenshots of each page go to `target/ui-screenshots/`.
