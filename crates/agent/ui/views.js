@@ -61,7 +61,7 @@ export const overview = {
           ['This agent', stats ? `server ${sched.id} (${raft.state || '?'})` : 'needs the operator scope'],
           ['Term', stats ? sched.term : '–'],
           ['Applied index', stats ? sched.last_applied : '–'],
-          ['Last contact with the leader', meta.lastContact == null ? '–' : `${meta.lastContact} ms`],
+          ['Last contact with the leader (at the last change)', meta.lastContact == null ? '–' : `${meta.lastContact} ms`],
         ]),
         servers),
       h('section', { 'aria-labelledby': 'h-counts' },
