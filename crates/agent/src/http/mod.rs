@@ -29,6 +29,7 @@
 //! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
 //! | `query.rs`, `error.rs` | strict query parameters; error answers |
 //! | `pretty.rs` | `?pretty`: the compact answer re-indented (one JSON serializer per answer type) |
+//! | `ui.rs` | `GET /ui/`: the read-only web UI's compiled-in files, with their Content-Security-Policy |
 
 mod acl;
 mod answers;
@@ -56,6 +57,7 @@ mod serve;
 mod stall;
 mod stream;
 mod transfer;
+mod ui;
 mod volume_writes;
 mod writes;
 
@@ -147,8 +149,8 @@ pub(crate) fn with_index(st: &Service, resp: &mut Response, index: u64) {
 }
 
 /// The router: every route in groups by the scope they need (the `require` layer of
-/// each group), the consistency layer on the reads, the guard on every API route; the
-/// Raft route checks the cluster key itself.
+/// each group), the consistency layer on the reads, the guard on every API route and
+/// on the web UI's files; the Raft route checks the cluster key itself.
 pub(crate) fn router(st: AppState) -> Router {
     let need = |need: Need| from_fn_with_state((st.clone(), need), auth::require);
     let consistent = || from_fn_with_state(st.clone(), consistency::consistent);
@@ -246,6 +248,12 @@ pub(crate) fn router(st: AppState) -> Router {
             "/v1/acl/bootstrap",
             post(acl::bootstrap).put(acl::bootstrap),
         );
+    // The web UI's files: no data in them, so no token; the page reads the API with
+    // the token its user types.
+    let ui = Router::new()
+        .route("/ui", get(ui::redirect))
+        .route("/ui/", get(ui::index))
+        .route("/ui/{asset}", get(ui::asset));
     let api = Router::new()
         .merge(read)
         .merge(write)
@@ -253,6 +261,7 @@ pub(crate) fn router(st: AppState) -> Router {
         .merge(management)
         .merge(any_token)
         .merge(public)
+        .merge(ui)
         .fallback(not_found)
         .layer(from_fn_with_state(st.clone(), answers::meter))
         .layer(compression())

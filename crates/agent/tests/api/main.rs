@@ -18,6 +18,7 @@ mod parked;
 mod peers;
 mod support;
 mod tls;
+mod ui;
 mod volumes_nomad;
 
 use std::time::{Duration, Instant};

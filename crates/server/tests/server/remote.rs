@@ -145,7 +145,7 @@ fn job(
 }
 
 /// The commands that build the state, in order.
-fn commands() -> Vec<Command> {
+pub(crate) fn commands() -> Vec<Command> {
     use CsiVolumeClaimMode::{Read, Write};
     let mut n1 = Node::new("node-1", "client-1");
     n1.add_csi_plugin(
