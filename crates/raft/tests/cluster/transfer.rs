@@ -22,28 +22,60 @@ fn pause(acks: &[Instant], from: Instant, to: Instant) -> Duration {
         .unwrap_or_default()
 }
 
+/// Four writers proposing marker nodes until stopped: what each acknowledged write
+/// was (and its index), and when it was acknowledged.
+struct Writers {
+    stop: Arc<AtomicBool>,
+    acked: Acked,
+    times: Arc<Mutex<Vec<Instant>>>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Writers {
+    fn start(cluster: &Arc<Cluster>, prefix: &str) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Acked = Arc::default();
+        let times: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let handles = (0..4)
+            .map(|c| {
+                let (cluster, stop, acked, times) =
+                    (cluster.clone(), stop.clone(), acked.clone(), times.clone());
+                let name = format!("{prefix}{c}");
+                tokio::spawn(async move {
+                    let mut seq = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let node = marker_node(&name, seq);
+                        let index = propose_until_known(&cluster, &node).await;
+                        times.lock().push(Instant::now());
+                        acked.lock().push((node.id.to_string(), index));
+                        seq += 1;
+                    }
+                })
+            })
+            .collect();
+        Writers {
+            stop,
+            acked,
+            times,
+            handles,
+        }
+    }
+
+    /// Stops the writers; every write they had acknowledged.
+    async fn stop(self) -> Vec<(String, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.handles {
+            h.await.unwrap();
+        }
+        self.acked.lock().clone()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_under_writes_pauses_them_briefly_and_loses_nothing() {
     let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
-    let stop = Arc::new(AtomicBool::new(false));
-    let acks: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let acked: Acked = Arc::default();
-    let clients: Vec<_> = (0..4)
-        .map(|c| {
-            let (cluster, stop, acks, acked) =
-                (cluster.clone(), stop.clone(), acks.clone(), acked.clone());
-            tokio::spawn(async move {
-                let mut seq = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let node = marker_node(&format!("t{c}"), seq);
-                    let index = propose_until_known(&cluster, &node).await;
-                    acks.lock().push(Instant::now());
-                    acked.lock().push((node.id.to_string(), index));
-                    seq += 1;
-                }
-            })
-        })
-        .collect();
+    let writers = Writers::start(&cluster, "t");
+    let acks = writers.times.clone();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut pauses = Vec::new();
     for round in 0..8 {
@@ -70,14 +102,10 @@ async fn a_transfer_under_writes_pauses_them_briefly_and_loses_nothing() {
         );
         pauses.push(p);
     }
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.await.unwrap();
-    }
+    let acked = writers.stop().await;
     pauses.sort();
     eprintln!("write pauses across transfers: {pauses:?}");
     cluster.converge().await;
-    let acked = acked.lock().clone();
     for s in cluster.live() {
         assert_applied_once(&s, &acked);
     }
@@ -95,22 +123,7 @@ async fn a_transfer_under_writes_pauses_them_briefly_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_restarts_hand_over_every_time() {
     let cluster = Arc::new(Cluster::start(3, ServerOptions::default()).await);
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Acked = Arc::default();
-    let clients: Vec<_> = (0..4)
-        .map(|c| {
-            let (cluster, stop, acked) = (cluster.clone(), stop.clone(), acked.clone());
-            tokio::spawn(async move {
-                let mut seq = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let node = marker_node(&format!("r{c}"), seq);
-                    let index = propose_until_known(&cluster, &node).await;
-                    acked.lock().push((node.id.to_string(), index));
-                    seq += 1;
-                }
-            })
-        })
-        .collect();
+    let writers = Writers::start(&cluster, "r");
     for round in 0..8 {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let old = cluster.wait_leader(&[]).await;
@@ -126,12 +139,8 @@ async fn planned_restarts_hand_over_every_time() {
         cluster.crash(old.id()).await;
         cluster.open(old.id()).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.await.unwrap();
-    }
+    let acked = writers.stop().await;
     cluster.converge().await;
-    let acked = acked.lock().clone();
     for s in cluster.live() {
         assert_applied_once(&s, &acked);
     }
@@ -144,22 +153,7 @@ async fn planned_restarts_hand_over_every_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_voters_hand_over_within_a_lease() {
     let cluster = Arc::new(Cluster::start(5, ServerOptions::default()).await);
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Acked = Arc::default();
-    let clients: Vec<_> = (0..4)
-        .map(|c| {
-            let (cluster, stop, acked) = (cluster.clone(), stop.clone(), acked.clone());
-            tokio::spawn(async move {
-                let mut seq = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let node = marker_node(&format!("f{c}"), seq);
-                    let index = propose_until_known(&cluster, &node).await;
-                    acked.lock().push((node.id.to_string(), index));
-                    seq += 1;
-                }
-            })
-        })
-        .collect();
+    let writers = Writers::start(&cluster, "f");
     let mut took = Vec::new();
     for round in 0..4 {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -179,12 +173,8 @@ async fn five_voters_hand_over_within_a_lease() {
         }
         took.push(elapsed);
     }
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.await.unwrap();
-    }
+    let acked = writers.stop().await;
     cluster.converge().await;
-    let acked = acked.lock().clone();
     for s in cluster.live() {
         assert_applied_once(&s, &acked);
     }
