@@ -310,6 +310,17 @@ pub(crate) fn read_snapshot<R: Read>(
     path: &Path,
     store: &StateStore,
 ) -> Result<SnapshotHeader> {
+    read_snapshot_at(input, path, store, None)
+}
+
+/// As [`read_snapshot`]; with `at`, the restored state is given the indexes of a
+/// write at `at` ([`StateStore::restore_from_at`]).
+pub(crate) fn read_snapshot_at<R: Read>(
+    input: &mut R,
+    path: &Path,
+    store: &StateStore,
+    at: Option<u64>,
+) -> Result<SnapshotHeader> {
     let mut i = Input {
         r: input,
         offset: 0,
@@ -371,7 +382,7 @@ pub(crate) fn read_snapshot<R: Read>(
     }
 
     let body_start = i.offset;
-    let mut restore = store.begin_restore(header.last_applied);
+    let mut restore = store.begin_restore_at(header.last_applied, at);
     let mut buf = Vec::new();
     for (table, th) in &tables {
         let Some(table) = table else {
@@ -463,6 +474,21 @@ impl StateStore {
     /// A [`PersistError`] naming what is wrong and where.
     pub fn restore_from<R: Read>(&self, input: &mut R) -> Result<SnapshotHeader> {
         read_snapshot(input, Path::new("<stream>"), self)
+    }
+
+    /// As [`restore_from`](Self::restore_from) — the same checks, the store unchanged
+    /// on error — but the restored state is given the indexes of one write at `index`:
+    /// its last applied index, every table's index and delete index (except the ACL
+    /// tokens table of a state never bootstrapped, whose 0 says so), and every row's
+    /// create and modify indexes (a job's `job_modify_index`, the ACL salt's index)
+    /// become `index`. How a replicated cluster restores a snapshot at the Raft index
+    /// of its restore entry: no index a client saw goes backwards, and no row keeps an
+    /// index a client could take for one it saw of another version.
+    ///
+    /// # Errors
+    /// A [`PersistError`] naming what is wrong and where.
+    pub fn restore_from_at<R: Read>(&self, input: &mut R, index: u64) -> Result<SnapshotHeader> {
+        read_snapshot_at(input, Path::new("<stream>"), self, Some(index))
     }
 }
 

@@ -168,6 +168,36 @@ pub enum Command {
         /// The salt, made by the proposing server.
         salt: AclSalt,
     },
+    /// One piece of a snapshot file being restored into a running replicated cluster
+    /// (`PUT /v1/operator/snapshot`): the leader checks the whole file, proposes its
+    /// pieces in order, then [`Command::RestoreSnapshot`]. Every server's state
+    /// machine stages the piece; nothing in the state changes. A store outside a
+    /// cluster refuses it ([`StateError::ReplicatedOnly`](super::StateError::ReplicatedOnly)).
+    /// (Appended: variant numbers are part of the log format.)
+    StageSnapshotChunk {
+        /// The restore it belongs to (a number the leader chose).
+        restore: u64,
+        /// Its place in the file: piece 0 begins the restore (and abandons any other
+        /// one staged).
+        seq: u32,
+        /// The file's bytes of this piece.
+        bytes: Vec<u8>,
+    },
+    /// Ends a restore: every server checks that its staged pieces make `len` bytes
+    /// hashing to `sha256`, then restores them (format, checksums, every invariant),
+    /// replacing the whole state at this entry's index. Staging that is incomplete or
+    /// fails a check makes it a refused no-op on every server. A store outside a
+    /// cluster refuses it. (Appended: variant numbers are part of the log format.)
+    RestoreSnapshot {
+        /// The restore it ends.
+        restore: u64,
+        /// How many pieces were proposed.
+        chunks: u32,
+        /// The file's length.
+        len: u64,
+        /// The file's SHA-256.
+        sha256: [u8; 32],
+    },
 }
 
 /// One claim of a [`Command::ClaimCsiVolumes`] batch.
@@ -215,6 +245,8 @@ impl Command {
             Command::PurgeJobs { .. } => "purge_jobs",
             Command::UpdateAclToken { .. } => "update_acl_token",
             Command::SetAclSalt { .. } => "set_acl_salt",
+            Command::StageSnapshotChunk { .. } => "stage_snapshot_chunk",
+            Command::RestoreSnapshot { .. } => "restore_snapshot",
         }
     }
 
@@ -228,6 +260,16 @@ impl Command {
                 | Command::DeleteAclTokens { .. }
                 | Command::UpdateAclToken { .. }
                 | Command::SetAclSalt { .. }
+        )
+    }
+
+    /// Whether the command is part of restoring a snapshot into a replicated cluster
+    /// ([`Command::StageSnapshotChunk`], [`Command::RestoreSnapshot`]): only a
+    /// server's restore proposes those, never a client's write.
+    pub fn is_restore(&self) -> bool {
+        matches!(
+            self,
+            Command::StageSnapshotChunk { .. } | Command::RestoreSnapshot { .. }
         )
     }
 }

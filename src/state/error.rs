@@ -232,6 +232,27 @@ pub enum StateError {
         /// The job's current version.
         current: u64,
     },
+    /// A command only a replicated server's state machine applies (restoring a
+    /// snapshot into a cluster) was given to a store outside one: an embedded or
+    /// durable store restores a snapshot with `restore_from` or
+    /// `schedstate snapshot restore` instead.
+    #[error(
+        "{command} is applied only by a replicated cluster's servers (PUT /v1/operator/snapshot); \
+         restore a store outside a cluster with `schedstate snapshot restore`"
+    )]
+    ReplicatedOnly {
+        /// The command's kind ([`Command::kind`](super::Command::kind)).
+        command: &'static str,
+    },
+    /// A replicated restore was refused where it applies, identically on every
+    /// server: its staged pieces were incomplete, out of order or over the limit,
+    /// their hash or length differed from what the restore's last entry states, or
+    /// the file they make failed its checks. Nothing changed.
+    #[error("snapshot restore refused: {reason}")]
+    RestoreRefused {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Shorthand for results of the state layer.
@@ -276,6 +297,8 @@ impl StateError {
             StateError::LastManagementToken => "LastManagementToken",
             StateError::JobNotFound { .. } => "JobNotFound",
             StateError::JobVersionNotFound { .. } => "JobVersionNotFound",
+            StateError::ReplicatedOnly { .. } => "ReplicatedOnly",
+            StateError::RestoreRefused { .. } => "RestoreRefused",
         }
     }
 }

@@ -492,6 +492,8 @@ impl Command {
             }
             Command::AclBootstrap { token, .. } => acl_token_row(token),
             Command::SetAclSalt { .. } => Ok(()),
+            // Checked where they apply (a replicated server's state machine).
+            Command::StageSnapshotChunk { .. } | Command::RestoreSnapshot { .. } => Ok(()),
             Command::CreateAclTokens { tokens, .. } => {
                 some("create ACL tokens", tokens)?;
                 list("tokens", tokens, acl_token_row)

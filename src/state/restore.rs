@@ -28,16 +28,33 @@ pub(crate) struct Restore {
     /// them, as applied ones do (`shared_ids.rs`), so a state restored from a
     /// snapshot takes no more heap than the one it was taken from.
     ids: AllocIds,
+    /// With `Some(at)`, every index of the restored state is `at`
+    /// ([`StateStore::restore_from_at`]).
+    at: Option<u64>,
 }
 
 impl StateStore {
     /// Starts replacing the whole state; `last_applied` is the index the restored state
-    /// was taken at. Waits for the write in progress, if any.
-    pub(crate) fn begin_restore(&self, last_applied: u64) -> Restore {
+    /// was taken at. Waits for the write in progress, if any. With `Some(at)`, the
+    /// restored state gets the indexes of one write at `at` instead of those it was taken with: its
+    /// last applied index, every table's index and delete index (but the ACL tokens
+    /// table's 0, which says the state was never bootstrapped), and every row's.
+    pub(crate) fn begin_restore_at(&self, last_applied: u64, at: Option<u64>) -> Restore {
+        let mut txn = self.db().begin_bulk_restore(at.unwrap_or(last_applied));
+        let t = self.tables();
+        if let Some(at) = at {
+            txn.set_table_index(t.nodes, at);
+            txn.set_table_index(t.allocs, at);
+            txn.set_table_index(t.plugins, at);
+            txn.set_table_index(t.instances, at);
+            txn.set_table_index(t.volumes, at);
+            txn.set_table_index(t.jobs, at);
+        }
         Restore {
-            txn: self.db().begin_bulk_restore(last_applied),
-            t: self.tables(),
+            txn,
+            t,
             ids: Default::default(),
+            at,
         }
     }
 }
@@ -64,6 +81,9 @@ impl Restore {
     /// # Errors
     /// Only engine errors (none expected for these tables).
     pub(crate) fn node(&mut self, mut node: Node) -> Result<()> {
+        if let Some(at) = self.at {
+            (node.create_index, node.modify_index) = (at, at);
+        }
         self.ids.share_node_id(&mut node.id);
         self.txn.insert(self.t.nodes, Arc::new(node))?;
         Ok(())
@@ -74,6 +94,9 @@ impl Restore {
     /// # Errors
     /// Only engine errors.
     pub(crate) fn alloc(&mut self, mut alloc: Allocation) -> Result<()> {
+        if let Some(at) = self.at {
+            (alloc.create_index, alloc.modify_index) = (at, at);
+        }
         self.ids.share(&mut alloc, |_, _| None, |_| None);
         self.txn.insert(self.t.allocs, Arc::new(alloc))?;
         Ok(())
@@ -83,7 +106,10 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors.
-    pub(crate) fn plugin(&mut self, plugin: CsiPlugin) -> Result<()> {
+    pub(crate) fn plugin(&mut self, mut plugin: CsiPlugin) -> Result<()> {
+        if let Some(at) = self.at {
+            (plugin.create_index, plugin.modify_index) = (at, at);
+        }
         let kinds = [
             (InstanceKind::Controller, &plugin.controllers),
             (InstanceKind::Node, &plugin.nodes),
@@ -107,7 +133,10 @@ impl Restore {
     ///
     /// # Errors
     /// Only engine errors.
-    pub(crate) fn volume(&mut self, volume: CsiVolume) -> Result<()> {
+    pub(crate) fn volume(&mut self, mut volume: CsiVolume) -> Result<()> {
+        if let Some(at) = self.at {
+            (volume.create_index, volume.modify_index) = (at, at);
+        }
         self.txn.insert(self.t.volumes, Arc::new(volume))?;
         Ok(())
     }
@@ -117,7 +146,10 @@ impl Restore {
     /// # Errors
     /// An engine error (a secret hash used twice is found at [`commit`](Self::commit),
     /// where the unique index is built).
-    pub(crate) fn acl_token(&mut self, token: AclToken) -> Result<()> {
+    pub(crate) fn acl_token(&mut self, mut token: AclToken) -> Result<()> {
+        if let Some(at) = self.at {
+            (token.create_index, token.modify_index) = (at, at);
+        }
         self.txn.insert(self.t.acl_tokens, Arc::new(token))?;
         Ok(())
     }
@@ -126,7 +158,10 @@ impl Restore {
     ///
     /// # Errors
     /// An engine error.
-    pub(crate) fn job(&mut self, job: Job) -> Result<()> {
+    pub(crate) fn job(&mut self, mut job: Job) -> Result<()> {
+        if let Some(at) = self.at {
+            (job.create_index, job.job_modify_index, job.modify_index) = (at, at, at);
+        }
         self.txn.insert(self.t.jobs, Arc::new(job))?;
         Ok(())
     }
@@ -135,7 +170,10 @@ impl Restore {
     ///
     /// # Errors
     /// An engine error.
-    pub(crate) fn acl_salt(&mut self, row: AclSaltRow) -> Result<()> {
+    pub(crate) fn acl_salt(&mut self, mut row: AclSaltRow) -> Result<()> {
+        if let Some(at) = self.at {
+            row.create_index = at;
+        }
         self.txn.set_table_index(self.t.acl_salt, row.create_index);
         self.txn.insert(self.t.acl_salt, Arc::new(row))?;
         Ok(())
@@ -144,6 +182,12 @@ impl Restore {
     /// Sets the table index of `table`. The derived instance table follows the
     /// plugins table.
     pub(crate) fn table_index(&mut self, table: Table, index: u64) {
+        // Rebased: every table is at `at` already, but a tokens table listed at 0
+        // (never bootstrapped) stays so.
+        let index = match self.at {
+            Some(at) if index > 0 || table != Table::AclTokens => at,
+            _ => index,
+        };
         match table {
             Table::Nodes => self.txn.set_table_index(self.t.nodes, index),
             Table::Allocs => self.txn.set_table_index(self.t.allocs, index),

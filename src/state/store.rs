@@ -291,6 +291,11 @@ pub(super) fn apply_by_ref(w: &mut Writer, command: &Command) -> Result<()> {
         Command::AclBootstrap { token, salt } => acl::bootstrap(w, token, *salt),
         Command::CreateAclTokens { tokens, salt } => acl::create(w, tokens, *salt),
         Command::SetAclSalt { salt } => acl::set_salt(w, *salt),
+        Command::StageSnapshotChunk { .. } | Command::RestoreSnapshot { .. } => {
+            Err(StateError::ReplicatedOnly {
+                command: command.kind(),
+            })
+        }
         Command::DeleteAclTokens { accessor_ids } => acl::delete(w, accessor_ids),
         Command::StopAllocs { ids } => allocs::stop_allocs(w, ids),
         Command::UpsertJobs { jobs: list } => jobs::upsert_jobs(w, list),

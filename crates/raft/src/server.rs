@@ -72,6 +72,8 @@ struct Inner {
     _snapshots: AbortOnDrop,
     /// The election timer: PreVote, then `trigger().elect()`; CheckQuorum.
     _elections: AbortOnDrop,
+    /// Held by the restore under way here, if any (`restore.rs`): one at a time.
+    restoring: tokio::sync::Mutex<()>,
 }
 
 /// A task stopped when its owner is dropped.
@@ -177,9 +179,15 @@ impl Server {
                     raft,
                     _snapshots: snapshots,
                     _elections: timer,
+                    restoring: tokio::sync::Mutex::new(()),
                 }),
             })
         })
+    }
+
+    /// The lock a restore holds while it runs here.
+    pub(crate) fn restoring(&self) -> &tokio::sync::Mutex<()> {
+        &self.inner.restoring
     }
 
     /// This server's id.

@@ -6,12 +6,17 @@
 //! raft snapshot := MAGIC "SCHEDRSN" | VERSION u32 | LEN u32 | postcard(SnapshotRecord)
 //!                  | CRC u32
 //!                  | KEYS_LEN u32 | postcard(WriteKeysRecord) | KEYS_CRC u32   (version 2)
+//!                  | STAGED_LEN u32 | postcard(StagedRecord) | STAGED_CRC u32 (version 3)
 //!                  | SCHEDSNP stream (schedstate's snapshot format)
 //! ```
 //! The CRC covers everything before it; the keys' CRC covers their length and bytes;
-//! the store's stream carries its own checksums and is checked, invariants included,
-//! before a snapshot is installed. Version 2 added the write keys (exactly-once
-//! writes, [`crate::WriteKeys`]); a version-1 snapshot is read with none.
+//! the staged section's CRC its length and bytes; the store's stream carries its own
+//! checksums and is checked, invariants included, before a snapshot is installed.
+//! Version 2 added the write keys (exactly-once writes, [`crate::WriteKeys`]); a
+//! version-1 snapshot is read with none. Version 3 added the pieces of a restore
+//! staged when the snapshot was taken (`restore.rs`): a snapshot is written as
+//! version 3 only while a restore is staged — otherwise as version 2, byte for byte
+//! what a build without restores writes and reads.
 
 use std::path::{Path, PathBuf};
 
@@ -22,12 +27,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
 use crate::log_format::{MembershipRecord, log_id, log_id_parts};
+use crate::restore::{MAX_RESTORE_BYTES, Staging};
 use crate::write_keys::{WriteKeys, WriteKeysRecord};
 
 /// The first bytes of every replicated snapshot.
 pub const RAFT_SNAPSHOT_MAGIC: &[u8; 8] = b"SCHEDRSN";
-/// The replicated snapshot format version this build writes (it reads 1 and 2).
+/// The replicated snapshot format version this build writes (it reads 1, 2 and 3).
 pub const RAFT_SNAPSHOT_VERSION: u32 = 2;
+/// The version this build writes while a restore is staged (with the staged section).
+pub const RAFT_SNAPSHOT_STAGED_VERSION: u32 = 3;
+/// The largest staged section: a whole restore's pieces and their framing.
+const STAGED_CAP: usize = MAX_RESTORE_BYTES as usize + (1 << 20);
 const HEADER_CAP: usize = 1 << 20;
 /// The largest write-key section: [`MAX_WRITE_KEYS`](crate::MAX_WRITE_KEYS) keys with
 /// their longest refusal messages fit in it.
@@ -37,8 +47,17 @@ const KEYS_CAP: usize = 96 << 20;
 pub(crate) struct Decoded<'b> {
     pub meta: SnapshotMeta<NodeId, BasicNode>,
     pub keys: WriteKeys,
+    /// The restore staged when the snapshot was taken, if any (version 3).
+    pub staging: Option<Staging>,
     /// The store's snapshot stream.
     pub body: &'b [u8],
+}
+
+/// A staged restore as a snapshot holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StagedRecord {
+    restore: u64,
+    pieces: Vec<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,10 +100,12 @@ pub(crate) fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistE
     Ok(found)
 }
 
-/// Encodes `meta`, the write keys and the state `snap` as one replicated snapshot.
+/// Encodes `meta`, the write keys, the staged restore (if any) and the state `snap`
+/// as one replicated snapshot.
 pub(crate) fn encode(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     keys: &WriteKeys,
+    staging: Option<&Staging>,
     snap: &StateSnapshot,
 ) -> Result<Vec<u8>, PersistError> {
     let record = SnapshotRecord {
@@ -95,7 +116,12 @@ pub(crate) fn encode(
     let body = postcard::to_allocvec(&record)?;
     let mut out = Vec::new();
     out.extend_from_slice(RAFT_SNAPSHOT_MAGIC);
-    out.extend_from_slice(&RAFT_SNAPSHOT_VERSION.to_le_bytes());
+    let version = if staging.is_some() {
+        RAFT_SNAPSHOT_STAGED_VERSION
+    } else {
+        RAFT_SNAPSHOT_VERSION
+    };
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&body);
     let crc = crc32fast::hash(&out);
@@ -106,6 +132,18 @@ pub(crate) fn encode(
     out.extend_from_slice(&keys);
     let crc = crc32fast::hash(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
+    if let Some(staging) = staging {
+        let record = StagedRecord {
+            restore: staging.restore,
+            pieces: staging.bytes().map(<[u8]>::to_vec).collect(),
+        };
+        let staged = postcard::to_allocvec(&record)?;
+        let start = out.len();
+        out.extend_from_slice(&(staged.len() as u32).to_le_bytes());
+        out.extend_from_slice(&staged);
+        let crc = crc32fast::hash(&out[start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
+    }
     snap.write_to(&mut out)?;
     Ok(out)
 }
@@ -130,11 +168,11 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
     let u32_at =
         |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = u32_at(8);
-    if !(1..=RAFT_SNAPSHOT_VERSION).contains(&version) {
+    if !(1..=RAFT_SNAPSHOT_STAGED_VERSION).contains(&version) {
         return Err(PersistError::UnsupportedVersion {
             path: path.to_path_buf(),
             version,
-            supported: RAFT_SNAPSHOT_VERSION,
+            supported: RAFT_SNAPSHOT_STAGED_VERSION,
         });
     }
     let len = u32_at(12) as usize;
@@ -186,9 +224,35 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
     } else {
         WriteKeys::default()
     };
+    let staging = if version >= 3 {
+        if bytes.len() < at + 4 {
+            return Err(corrupt(at as u64, "no staged-restore section".into()));
+        }
+        let slen = u32_at(at) as usize;
+        if slen > STAGED_CAP || bytes.len() < at + 4 + slen + 4 {
+            return Err(corrupt(
+                at as u64,
+                format!("staged-restore section length {slen} does not fit the file"),
+            ));
+        }
+        if u32_at(at + 4 + slen) != crc32fast::hash(&bytes[at..at + 4 + slen]) {
+            return Err(PersistError::Checksum {
+                path: path.to_path_buf(),
+                offset: at as u64,
+                what: "raft snapshot staged restore",
+            });
+        }
+        let record: StagedRecord = postcard::from_bytes(&bytes[at + 4..at + 4 + slen])
+            .map_err(|e| corrupt(at as u64 + 4, format!("staged restore does not decode: {e}")))?;
+        at += 4 + slen + 4;
+        Some(Staging::from_pieces(record.restore, record.pieces))
+    } else {
+        None
+    };
     Ok(Decoded {
         meta,
         keys,
+        staging,
         body: &bytes[at..],
     })
 }
@@ -196,24 +260,34 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
 /// Restores the replicated snapshot `bytes`, read from the file `path`, into `store`:
 /// its header checked, then the store's stream (format, checksums, every invariant;
 /// the store is unchanged on error). Returns the Raft metadata and the stream's
-/// header and the write keys. Errors name `path` and the offset in the file, not in
-/// the stream.
+/// header, the write keys and the staged restore. Errors name `path` and the offset
+/// in the file, not in the stream.
 pub(crate) fn restore(
     path: &Path,
     bytes: &[u8],
     store: &StateStore,
-) -> Result<(SnapshotMeta<NodeId, BasicNode>, SnapshotHeader, WriteKeys), PersistError> {
+) -> Result<Restored, PersistError> {
     let Decoded {
         meta,
         keys,
+        staging,
         mut body,
     } = decode(path, bytes)?;
     let base = (bytes.len() - body.len()) as u64;
     let header = store
         .restore_from(&mut body)
         .map_err(|e| in_file(e, path, base))?;
-    Ok((meta, header, keys))
+    Ok((meta, header, keys, staging))
 }
+
+/// What [`restore`] read besides the state: the Raft metadata, the stream's header,
+/// the write keys and the staged restore.
+pub(crate) type Restored = (
+    SnapshotMeta<NodeId, BasicNode>,
+    SnapshotHeader,
+    WriteKeys,
+    Option<Staging>,
+);
 
 /// `e`, an error of the store's stream that starts at offset `base` of the file
 /// `path`, as an error of the file.
@@ -263,9 +337,9 @@ mod tests {
     fn damage_in_the_stream_is_named_with_the_file_and_its_offset() {
         let store = StateStore::new();
         let meta = SnapshotMeta::<NodeId, BasicNode>::default();
-        let mut bytes = encode(&meta, &WriteKeys::default(), &store.snapshot()).unwrap();
+        let mut bytes = encode(&meta, &WriteKeys::default(), None, &store.snapshot()).unwrap();
         let path = Path::new("/data/snap-00000000000000000000.rsnap");
-        let (_, header, _) = restore(path, &bytes, &StateStore::new()).unwrap();
+        let (_, header, _, _) = restore(path, &bytes, &StateStore::new()).unwrap();
         assert_eq!(header.last_applied, 0);
 
         let last = bytes.len() - 1;

@@ -29,6 +29,7 @@ use schedstate::state::{Command, Commit, StateError, StateSnapshot, StateStore};
 use serde::{Deserialize, Serialize};
 
 use crate::observe::{ApplyEvent, ApplyObserver};
+use crate::restore::{self, Staging};
 use crate::snapshot_cadence::SnapshotCadence;
 use crate::snapshot_file::{self, snapshot_files, snapshot_name};
 use crate::snapshot_receiver::CheckedSnapshot;
@@ -118,6 +119,9 @@ pub(crate) struct StateMachine {
     checked: Arc<Mutex<Option<CheckedSnapshot>>>,
     /// Commands applied since the last snapshot, and when to ask for the next.
     cadence: SnapshotCadence,
+    /// The pieces of a restore staged so far (`restore.rs`): moves with the state
+    /// into and out of every snapshot.
+    staging: Option<Staging>,
 }
 
 fn sm_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -150,14 +154,16 @@ impl StateMachine {
             observer,
             checked,
             cadence,
+            staging: None,
         };
         if let Some((_, path)) = snapshot_files(dir)?.pop() {
             let bytes = std::fs::read(&path).map_err(|source| PersistError::Io {
                 path: path.clone(),
                 source,
             })?;
-            let (meta, _, keys) = snapshot_file::restore(&path, &bytes, &sm.store)?;
+            let (meta, _, keys, staging) = snapshot_file::restore(&path, &bytes, &sm.store)?;
             *sm.keys.lock() = keys;
+            sm.staging = staging;
             let mut a = sm.applied.lock();
             a.last = meta.last_log_id;
             a.membership = meta.last_membership.clone();
@@ -195,6 +201,7 @@ impl StateMachine {
 pub(crate) struct SnapshotBuilder {
     snap: StateSnapshot,
     keys: WriteKeys,
+    staging: Option<Staging>,
     last: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
     dir: PathBuf,
@@ -211,7 +218,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: self.membership.clone(),
             snapshot_id: self.id.clone(),
         };
-        let bytes = snapshot_file::encode(&meta, &self.keys, &self.snap).map_err(snap_err)?;
+        let bytes = snapshot_file::encode(&meta, &self.keys, self.staging.as_ref(), &self.snap)
+            .map_err(snap_err)?;
         StateMachine::keep_snapshot(&self.dir, &meta, &bytes).map_err(snap_err)?;
         let built = SnapshotBuilt {
             index: meta.last_log_id.map_or(0, |l| l.index),
@@ -263,6 +271,55 @@ impl StateMachine {
         Ok(ApplyResponse {
             outcomes: applied.outcomes,
         })
+    }
+}
+
+impl StateMachine {
+    /// Applies an entry of a restore (`restore.rs`): a piece is staged, the last entry
+    /// restores the staged file at `index`. A restore's command shares its entry with
+    /// no other (the leader proposes each alone); an entry that mixes them is refused
+    /// whole, a no-op on every server.
+    fn apply_restore(&mut self, index: u64, proposal: &Proposal) -> ApplyResponse {
+        let started = Instant::now();
+        let mut restored = false;
+        let outcomes = match proposal.commands.as_slice() {
+            [one] if proposal.keys.is_none() => {
+                let result = match &**one {
+                    Command::RestoreSnapshot { .. } => {
+                        let r = restore::commit(&mut self.staging, &self.store, index, one);
+                        restored = r.is_ok();
+                        r
+                    }
+                    _ => restore::stage(&mut self.staging, one),
+                };
+                vec![match result {
+                    Ok(()) => Outcome::Applied,
+                    Err(e) => Outcome::Refused(e),
+                }]
+            }
+            many => {
+                let e = StateError::RestoreRefused {
+                    reason: "a restore's command must be alone in its entry, without a write key"
+                        .into(),
+                };
+                vec![Outcome::Refused(e); many.len()]
+            }
+        };
+        if let Some(observer) = &self.observer {
+            if restored {
+                // The whole state changed at `index`: as an installed snapshot.
+                observer.tell(&ApplyEvent::SnapshotInstalled { index });
+            } else {
+                observer.tell(&ApplyEvent::Applied {
+                    index,
+                    commit: None,
+                    commands: &proposal.commands,
+                    refused: &refusals(&outcomes),
+                    took: started.elapsed(),
+                });
+            }
+        }
+        ApplyResponse { outcomes }
     }
 }
 
@@ -423,6 +480,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let index = entry.log_id.index;
             let response = match &entry.payload {
                 EntryPayload::Blank => ApplyResponse::default(),
+                EntryPayload::Normal(proposal) if proposal.commands.iter().any(|c| c.is_restore()) => {
+                    self.apply_restore(index, proposal)
+                }
                 EntryPayload::Normal(proposal) => self.apply_proposal(index, proposal)?,
                 EntryPayload::Membership(m) => {
                     self.applied.lock().membership =
@@ -448,6 +508,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             snap: self.store.snapshot(),
             keys: self.keys.lock().clone(),
+            staging: self.staging.clone(),
             last: a.last,
             membership: a.membership.clone(),
             dir: self.dir.clone(),
@@ -471,6 +532,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let snapshot_file::Decoded {
             meta: inner_meta,
             keys,
+            staging,
             mut body,
         } = snapshot_file::decode(Path::new("<received snapshot>"), &bytes).map_err(snap_err)?;
         if inner_meta.last_log_id != meta.last_log_id {
@@ -493,6 +555,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             }
         }
         *self.keys.lock() = keys;
+        self.staging = staging;
         let path = StateMachine::keep_snapshot(&self.dir, meta, &bytes).map_err(snap_err)?;
         {
             let mut a = self.applied.lock();

@@ -184,7 +184,7 @@ fn read_snapshot(
         path: path.to_path_buf(),
         source,
     })?;
-    let (meta, header, keys) = snapshot_file::restore(path, &bytes, store)?;
+    let (meta, header, keys, _) = snapshot_file::restore(path, &bytes, store)?;
     let body = snapshot_file::decode(path, &bytes)?.body;
     let info = SnapshotInfo {
         file: path.to_path_buf(),
