@@ -261,6 +261,13 @@ pub struct Limits {
     pub event_streams_per_client: usize,
     /// Snapshot downloads (`GET /v1/operator/snapshot`) at once.
     pub snapshot_downloads: usize,
+    /// The largest snapshot file a restore (`PUT /v1/operator/snapshot`) takes: a
+    /// larger claimed length is 413 before a byte is read, a longer body 413 as soon
+    /// as it passes the limit. Its bytes count against the clients' body budgets
+    /// (`body_bytes_in_flight`, `body_bytes_per_client`) as every body's do, so
+    /// raising it past `body_bytes_per_client` needs that raised too; never above
+    /// the cluster's own cap, [`MAX_RESTORE_BYTES`](schedstate_raft::MAX_RESTORE_BYTES).
+    pub snapshot_restore_bytes: usize,
     /// Scans (lists, filters: reads whose work grows with a table) running at once,
     /// each on a thread of its own off the async workers.
     pub scan_threads: usize,
@@ -281,7 +288,8 @@ impl Default for Limits {
     /// send buffer per connection; 16 MiB per write, 512 MiB of clients' bodies in
     /// flight of which 64 MiB per client, 256 MiB of Raft RPC bodies; 64 MiB of unsent
     /// large answers of which 16 MiB per client; 16,384 blocking queries (4,096 per
-    /// client), 1,024 event streams (64 per client), 2 snapshot downloads; scans on
+    /// client), 1,024 event streams (64 per client), 2 snapshot downloads, 64 MiB
+    /// per snapshot restore; scans on
     /// half the cores (at least one), 2 per client in their queue (1,024 waiting),
     /// waiting at most 5 s for a thread, 2 s each.
     fn default() -> Self {
@@ -304,6 +312,7 @@ impl Default for Limits {
             event_streams: 1_024,
             event_streams_per_client: 64,
             snapshot_downloads: 2,
+            snapshot_restore_bytes: 64 << 20,
             scan_threads: std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
             scans_per_client: 2,
             scans_waiting_per_client: 1_024,
@@ -337,6 +346,7 @@ impl Limits {
             ("event_streams", self.event_streams),
             ("event_streams_per_client", self.event_streams_per_client),
             ("snapshot_downloads", self.snapshot_downloads),
+            ("snapshot_restore_bytes", self.snapshot_restore_bytes),
         ];
         for (name, value) in counts {
             if value == 0 {

@@ -3,6 +3,13 @@
 //! or it is taken out again), remove one, leave a joint configuration a lost leader
 //! left behind (`recover`), or hand the leadership over (`transfer-leader`). Each is one call to an agent's API; the agent sends
 //! changes to the leader.
+//!
+//! `schedstate operator snapshot save|restore FILE`: the cluster's state saved to a
+//! snapshot file (`GET /v1/operator/snapshot`), or a saved file restored into every
+//! server of a running cluster (`PUT /v1/operator/snapshot`); both need a management
+//! token.
+
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use schedstate_agent::Client;
@@ -20,6 +27,33 @@ pub enum OperatorCmd {
     Raft {
         #[command(subcommand)]
         command: RaftCmd,
+    },
+    /// Save the cluster's state to a snapshot file, or restore one into the cluster.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCmd,
+    },
+}
+
+/// `operator snapshot`.
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCmd {
+    /// Save the cluster's state (consistent: everything committed before the call) to
+    /// FILE, a snapshot file in the store's format.
+    Save {
+        /// Where to write it (replaced whole, never left half written).
+        file: PathBuf,
+        #[command(flatten)]
+        agent: AgentArgs,
+    },
+    /// Restore FILE (as `save` wrote it) into every server of the cluster: checked
+    /// entirely first (a bad file changes nothing), then replicated through the Raft
+    /// log. Every index of the restored state is the restore's own index.
+    Restore {
+        /// The snapshot file.
+        file: PathBuf,
+        #[command(flatten)]
+        agent: AgentArgs,
     },
 }
 
@@ -86,7 +120,10 @@ fn client(a: &AgentArgs) -> Result<Client, CliError> {
 
 /// `operator`.
 pub fn run(command: OperatorCmd) -> Result<(), CliError> {
-    let OperatorCmd::Raft { command } = command;
+    let command = match command {
+        OperatorCmd::Raft { command } => command,
+        OperatorCmd::Snapshot { command } => return snapshot(command),
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -154,4 +191,46 @@ async fn change(a: &AgentArgs, change: PeerChange) -> Result<PeerChangeDone, Cli
         .change_peer(&change)
         .await
         .map_err(|e| agent_error(&a.address, &e))
+}
+
+/// `operator snapshot save|restore`.
+fn snapshot(command: SnapshotCmd) -> Result<(), CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err(format!("no runtime: {e}")))?;
+    runtime.block_on(async move {
+        match command {
+            SnapshotCmd::Save { file, agent } => {
+                let saved = client(&agent)?
+                    .snapshot(false)
+                    .await
+                    .map_err(|e| agent_error(&agent.address, &e))?;
+                schedstate::persist::segment::write_file_atomically(&file, &saved.value)
+                    .map_err(|e| err(format!("{}: {e}", file.display())))?;
+                println!(
+                    "saved the state at index {} ({} bytes) to {}",
+                    saved.index,
+                    saved.value.len(),
+                    file.display()
+                );
+                Ok(())
+            }
+            SnapshotCmd::Restore { file, agent } => {
+                let bytes = std::fs::read(&file)
+                    .map_err(|e| err(format!("{}: {e}", file.display())))?;
+                let done = client(&agent)?
+                    .snapshot_restore(bytes)
+                    .await
+                    .map_err(|e| agent_error(&agent.address, &e))?;
+                println!(
+                    "restored {} ({} bytes) into the cluster at index {}",
+                    file.display(),
+                    done.bytes,
+                    done.index
+                );
+                Ok(())
+            }
+        }
+    })
 }

@@ -204,6 +204,20 @@ pub struct LeaderTransferred {
     pub leader: u64,
 }
 
+/// The answer to `PUT /v1/operator/snapshot`: the snapshot file was restored into
+/// every server of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRestored {
+    /// The Raft index of the restore's last entry: every index of the restored state
+    /// (the store's, every table's, every row's) is this one.
+    pub index: u64,
+    /// The file's size.
+    pub bytes: u64,
+    /// How many log entries carried it.
+    pub pieces: u32,
+}
+
 /// One line of `GET /v1/event/stream`, Nomad's envelope: the events of one committed
 /// write. An idle stream sends `{}` lines as heartbeats.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -282,6 +282,22 @@ impl Client {
         timeout: Duration,
         key: Option<&str>,
     ) -> Result<(Answer, String), ClientError> {
+        self.call_typed(method, path, query, body, "application/json", timeout, key)
+            .await
+    }
+
+    /// As [`call`](Self::call), the body sent as `content_type`.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_typed(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+        content_type: &str,
+        timeout: Duration,
+        key: Option<&str>,
+    ) -> Result<(Answer, String), ClientError> {
         let mut url = format!("{}{path}", self.base);
         if !query.is_empty() {
             url.push('?');
@@ -296,7 +312,7 @@ impl Client {
             headers.push((TOKEN_HEADER, t.as_str()));
         }
         if body.is_some() {
-            headers.push(("content-type", "application/json"));
+            headers.push(("content-type", content_type));
         }
         if let Some(key) = key {
             headers.push(("idempotency-key", key));

@@ -97,6 +97,36 @@ impl Client {
         })
     }
 
+    /// `PUT /v1/operator/snapshot`: restores `file` (a `SCHEDSNP` snapshot, as
+    /// [`snapshot`](Self::snapshot) saved it) into every server of the cluster. The
+    /// agent checks the whole file first: a bad one is refused (400
+    /// `InvalidSnapshot`) and changes nothing. Needs a management token.
+    pub async fn snapshot_restore(
+        &self,
+        file: Vec<u8>,
+    ) -> Result<crate::api::SnapshotRestored, ClientError> {
+        // Sending, checking and replicating a large file takes longer than a read.
+        let within = request_timeout(None) + Duration::from_secs(120);
+        let (answer, url) = self
+            .call_typed(
+                Method::PUT,
+                "/v1/operator/snapshot",
+                &[],
+                Some(file),
+                "application/octet-stream",
+                within,
+                None,
+            )
+            .await?;
+        if answer.status != StatusCode::OK {
+            return Err(Self::error(answer, url));
+        }
+        serde_json::from_slice(&answer.body).map_err(|e| ClientError::Decode {
+            url,
+            reason: e.to_string(),
+        })
+    }
+
     /// `GET /v1/agent/self`: the server's id, leader, term and last applied index.
     /// (Nomad's shape; schedstate's numbers are its `stats.schedstate`, as strings.)
     pub async fn agent_self(&self) -> Result<AgentSelf, ClientError> {

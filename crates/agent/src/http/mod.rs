@@ -23,7 +23,7 @@
 //! | `writes.rs` | `POST /v1/commands`; `commit`, which every write goes through |
 //! | `idempotency.rs` | `Idempotency-Key`: exactly-once writes, the replay mark |
 //! | `stream.rs` | `GET /v1/event/stream` |
-//! | `operator.rs` | status, Raft configuration and peers, snapshot, metrics, `/v1/agent/self` |
+//! | `operator.rs` | status, Raft configuration and peers, snapshot (save, and restore into the cluster), metrics, `/v1/agent/self` |
 //! | `peers.rs` | `POST /v1/operator/raft/peer`: add, remove, recover |
 //! | `transfer.rs` | `POST /v1/operator/raft/transfer-leader`: hand the leadership over |
 //! | `raft_rpc.rs` | `POST /v1/raft/rpc`: the servers' RPCs, under the cluster key |
@@ -222,7 +222,12 @@ pub(crate) fn router(st: AppState) -> Router {
     // The snapshot holds every token's digest and every volume's secrets: the
     // management scope's, as Nomad's `operator snapshot save` needs a management token.
     let management = Router::new()
-        .route("/v1/operator/snapshot", get(operator::snapshot))
+        .route(
+            "/v1/operator/snapshot",
+            get(operator::snapshot)
+                .put(operator::restore)
+                .post(operator::restore),
+        )
         .route_layer(consistent())
         .route("/v1/acl/tokens", get(acl::list))
         .route("/v1/acl/token", post(acl::create).put(acl::create))

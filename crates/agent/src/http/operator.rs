@@ -4,7 +4,7 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -12,7 +12,10 @@ use super::query::Checked;
 use super::{AppState, json, with_index};
 use std::collections::BTreeMap;
 
-use crate::api::{AgentStats, NomadStats, RaftConfiguration, RaftServer};
+use crate::api::{AgentStats, NomadStats, RaftConfiguration, RaftServer, SnapshotRestored};
+use schedstate_raft::RestoreError;
+
+use super::body::{BodyRule, ClientBody, read_body};
 
 pub(crate) async fn leader(State(st): State<AppState>) -> Response {
     let addr = st
@@ -141,6 +144,53 @@ pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked) -> Response
         .into_response();
     with_index(&st, &mut resp, index);
     resp
+}
+
+/// The content type of a snapshot file sent to `PUT /v1/operator/snapshot`.
+const SNAPSHOT_TYPE: &str = "application/octet-stream";
+
+/// `PUT` (or `POST`) `/v1/operator/snapshot`: restores the snapshot file in the body
+/// into the whole cluster (`schedstate_raft::Server::restore_snapshot`), on the leader
+/// (a follower's consistency layer proxies it there). The body is read under
+/// [`Limits::snapshot_restore_bytes`](crate::Limits::snapshot_restore_bytes) and the
+/// clients' body budgets (413, 429); the file is checked entirely before anything
+/// is proposed: a bad one is 400 `InvalidSnapshot` and changes nothing.
+pub(crate) async fn restore(
+    State(st): State<AppState>,
+    Checked(p): Checked,
+    headers: HeaderMap,
+    body: ClientBody,
+) -> Response {
+    let rule = BodyRule {
+        limit: st.limits.snapshot_restore_bytes,
+        content_type: SNAPSHOT_TYPE,
+    };
+    let read = match read_body(&st, &headers, body, &rule).await {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let file: std::sync::Arc<[u8]> = std::sync::Arc::from(&read.bytes[..]);
+    drop(read);
+    match st.server.restore_snapshot(file).await {
+        Ok(done) => {
+            let body = SnapshotRestored {
+                index: done.index,
+                bytes: done.bytes,
+                pieces: done.pieces,
+            };
+            json(&st, StatusCode::OK, done.index, &body, p.pretty)
+        }
+        Err(e @ RestoreError::Invalid(_)) => {
+            ApiError::new(StatusCode::BAD_REQUEST, "InvalidSnapshot", e.to_string()).into_response()
+        }
+        Err(e @ RestoreError::TooLarge { .. }) => {
+            ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string()).into_response()
+        }
+        Err(e @ RestoreError::Busy) => {
+            ApiError::new(StatusCode::CONFLICT, "RestoreInProgress", e.to_string()).into_response()
+        }
+        Err(RestoreError::Propose(e)) => ApiError::from(e).into_response(),
+    }
 }
 
 /// `GET /v1/metrics`: JSON as Nomad answers it (`Gauges`, `Counters`, `Samples`),

@@ -97,6 +97,11 @@ fn head_deadline(
     CONFIRM_WAIT + blocking + PROXIED_HEAD_MARGIN
 }
 
+/// Whether the request restores a snapshot (`PUT`/`POST /v1/operator/snapshot`).
+fn is_restore(method: &axum::http::Method, uri: &axum::http::Uri) -> bool {
+    method != axum::http::Method::GET && uri.path() == "/v1/operator/snapshot"
+}
+
 /// Resolves once this server no longer takes `id` for the leader (an election
 /// began, another server won one, this server's election timer ran out without word
 /// from it) or its Raft stopped ([`schedstate_raft::Server::leader_moves_from`]):
@@ -129,8 +134,14 @@ pub(super) async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -
         .path_and_query()
         .map_or("/", |p| p.as_str())
         .to_string();
-    // Only reads and operator calls are proxied: their bodies are small.
-    let body = match axum::body::to_bytes(body, PROXIED_BODY_BYTES).await {
+    // Only reads and operator calls are proxied: their bodies are small, but for a
+    // snapshot restore's file (capped as the leader caps it).
+    let limit = if is_restore(&parts.method, &parts.uri) {
+        st.limits.snapshot_restore_bytes
+    } else {
+        PROXIED_BODY_BYTES
+    };
+    let body = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(e) => {
             return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string())

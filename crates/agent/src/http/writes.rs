@@ -68,6 +68,14 @@ pub(crate) async fn command(
         )
         .into_response();
     }
+    if command.is_restore() {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "PermissionDenied",
+            "a snapshot is restored through PUT /v1/operator/snapshot with a management token, not written as commands",
+        )
+        .into_response();
+    }
     match commit(&st, &key, command).await {
         Ok(index) => json(
             &st,
