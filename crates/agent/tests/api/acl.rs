@@ -123,6 +123,12 @@ fn routes() -> Vec<Route> {
         r("POST", "/v1/allocation/a1/stop", AclScope::Write),
         r("GET", "/v1/allocations", AclScope::Read),
         r("GET", "/v1/operator/snapshot", AclScope::Management),
+        Route {
+            method: "PUT",
+            path: "/v1/operator/snapshot",
+            body: Some(b"SCHEDSNP not a real file".to_vec()),
+            needs: AclScope::Management,
+        },
         r("GET", "/v1/operator/raft/configuration", AclScope::Operator),
         r("GET", "/v1/status/peers", AclScope::Operator),
         r("GET", "/v1/metrics", AclScope::Operator),
