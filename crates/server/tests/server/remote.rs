@@ -683,3 +683,90 @@ fn operator_raft_lists_refuses_an_unreachable_peer_and_recovers() {
     );
     drop(cluster);
 }
+
+/// `operator snapshot save|restore`: the state of one cluster saved to a file and
+/// restored into another (over TLS, with the CA and the token from the environment);
+/// the second then shows the first's nodes. A damaged file is one error line, exit 1,
+/// and changes nothing.
+#[test]
+fn operator_snapshot_save_and_restore_round_trip() {
+    const SECRET: &str = "the-snapshot-round-trip-root-secret";
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let from = runtime.block_on(ProcCluster::start(1, Some(SECRET)));
+    let into = runtime.block_on(ProcCluster::start_tls(1, Some(SECRET)));
+    runtime.block_on(async {
+        for id in ["saved-1", "saved-2"] {
+            let node = Node::new(id, format!("host-{id}"));
+            from.client(0)
+                .apply(&Command::UpsertNode { node })
+                .await
+                .expect("write");
+        }
+        let node = Node::new("replaced", "host-replaced");
+        into.client(0)
+            .apply(&Command::UpsertNode { node })
+            .await
+            .expect("write");
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("state.snap");
+    let file_arg = file.to_str().expect("utf-8 path");
+    let a = from.address(0);
+    let saved = run(
+        &["operator", "snapshot", "save", file_arg, "--address", &a],
+        &[("SCHEDSTATE_TOKEN", SECRET)],
+    );
+    assert_eq!(saved.code, Some(0), "{saved:?}");
+    assert!(saved.stdout.starts_with("saved the state at index"), "{saved:?}");
+    let bytes = std::fs::read(&file).expect("saved file");
+    assert!(bytes.starts_with(b"SCHEDSNP"));
+
+    let b = into.address(0);
+    let ca = into.client_tls().and_then(|t| t.ca_cert).expect("a CA");
+    let ca = ca.to_str().expect("utf-8 path");
+    let env = [("SCHEDSTATE_TOKEN", SECRET), ("SCHEDSTATE_CACERT", ca)];
+    let nodes = || run(&["node", "status", "--address", &b], &env);
+    let before = nodes();
+    assert_eq!(before.code, Some(0), "{before:?}");
+    assert!(before.stdout.contains("replaced"), "{before:?}");
+
+    // A damaged file: refused, nothing changed.
+    let damaged = dir.path().join("damaged.snap");
+    let mut bad = bytes.clone();
+    let at = bad.len() - 8;
+    bad[at] ^= 0x10;
+    std::fs::write(&damaged, &bad).expect("written");
+    let refused = run(
+        &[
+            "operator",
+            "snapshot",
+            "restore",
+            damaged.to_str().expect("utf-8"),
+            "--address",
+            &b,
+        ],
+        &env,
+    );
+    let line = refused.agent_error(&b);
+    assert!(line.contains("InvalidSnapshot") || line.contains("checks"), "{line}");
+    assert_eq!(nodes(), before);
+
+    let restored = run(
+        &["operator", "snapshot", "restore", file_arg, "--address", &b],
+        &env,
+    );
+    assert_eq!(restored.code, Some(0), "{restored:?}");
+    assert!(restored.stdout.contains("into the cluster at index"), "{restored:?}");
+    let after = nodes();
+    assert_eq!(after.code, Some(0), "{after:?}");
+    assert!(
+        after.stdout.contains("saved-1") && after.stdout.contains("saved-2"),
+        "{after:?}"
+    );
+    assert!(!after.stdout.contains("replaced"), "{after:?}");
+    drop(from);
+    drop(into);
+}
