@@ -238,6 +238,37 @@ pub(crate) fn commit(
     Ok(())
 }
 
+/// Applies an entry holding a restore's command at `index`, as every state machine
+/// (and `inspect`'s replay) does: a piece is staged, the last entry restores. A
+/// restore's command shares its entry with no other (the leader proposes each alone);
+/// an entry that mixes them, or carries write keys, is refused whole — a no-op. Returns
+/// the outcome per command and whether the state was replaced.
+pub(crate) fn apply_entry(
+    staging: &mut Option<Staging>,
+    store: &StateStore,
+    index: u64,
+    proposal: &Proposal,
+) -> (Vec<Outcome>, bool) {
+    match proposal.commands.as_slice() {
+        [one] if proposal.keys.is_none() => {
+            let result = match &**one {
+                Command::RestoreSnapshot { .. } => commit(staging, store, index, one),
+                _ => stage(staging, one),
+            };
+            let restored = result.is_ok() && matches!(&**one, Command::RestoreSnapshot { .. });
+            let outcome = match result {
+                Ok(()) => Outcome::Applied,
+                Err(e) => Outcome::Refused(e),
+            };
+            (vec![outcome], restored)
+        }
+        many => {
+            let e = refused("a restore's command must be alone in its entry, without a write key");
+            (vec![Outcome::Refused(e); many.len()], false)
+        }
+    }
+}
+
 /// Why a restore was not done.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {

@@ -281,30 +281,8 @@ impl StateMachine {
     /// whole, a no-op on every server.
     fn apply_restore(&mut self, index: u64, proposal: &Proposal) -> ApplyResponse {
         let started = Instant::now();
-        let mut restored = false;
-        let outcomes = match proposal.commands.as_slice() {
-            [one] if proposal.keys.is_none() => {
-                let result = match &**one {
-                    Command::RestoreSnapshot { .. } => {
-                        let r = restore::commit(&mut self.staging, &self.store, index, one);
-                        restored = r.is_ok();
-                        r
-                    }
-                    _ => restore::stage(&mut self.staging, one),
-                };
-                vec![match result {
-                    Ok(()) => Outcome::Applied,
-                    Err(e) => Outcome::Refused(e),
-                }]
-            }
-            many => {
-                let e = StateError::RestoreRefused {
-                    reason: "a restore's command must be alone in its entry, without a write key"
-                        .into(),
-                };
-                vec![Outcome::Refused(e); many.len()]
-            }
-        };
+        let (outcomes, restored) =
+            restore::apply_entry(&mut self.staging, &self.store, index, proposal);
         if let Some(observer) = &self.observer {
             if restored {
                 // The whole state changed at `index`: as an installed snapshot.

@@ -26,6 +26,7 @@ use crate::committed::{self, committed_path};
 use crate::log_format::{RAFT_LOG_MAGIC, RAFT_META_MAGIC, RaftMeta, meta_path, parse_segment_name};
 use crate::log_scan::{ScannedLog, scan_log};
 use crate::snapshot_file::{self, RAFT_SNAPSHOT_MAGIC, parse_snapshot_name, snapshot_files};
+use crate::restore::{self, Staging};
 use crate::state_machine::{Outcome, apply_proposal_to};
 use crate::write_keys::WriteKeys;
 
@@ -113,11 +114,13 @@ fn fingerprint(dir: &Path) -> Vec<(OsString, u64, Option<SystemTime>)> {
 fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
     let store = StateStore::new();
     let mut keys = WriteKeys::default();
+    let mut staging = None;
     let snapshot = match snapshot_files(dir)?.pop() {
         None => None,
         Some((_, path)) => {
-            let (info, membership, kept) = read_snapshot(&path, &store)?;
+            let (info, membership, kept, staged) = read_snapshot(&path, &store)?;
             keys = kept;
+            staging = staged;
             Some((info, membership))
         }
     };
@@ -155,6 +158,7 @@ fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
         dir,
         &store,
         &mut keys,
+        &mut staging,
         snapshot.as_ref(),
         &scanned,
         &committed,
@@ -175,16 +179,22 @@ fn read_once(dir: &Path) -> Result<ServerDirReport, PersistError> {
     })
 }
 
+/// What [`read_snapshot`] found: its summary, membership, write keys and staged
+/// restore.
+type ReadSnapshot = (
+    SnapshotInfo,
+    StoredMembership<NodeId, BasicNode>,
+    WriteKeys,
+    Option<Staging>,
+);
+
 /// The snapshot file `path`, restored into `store`; its summary and membership.
-fn read_snapshot(
-    path: &Path,
-    store: &StateStore,
-) -> Result<(SnapshotInfo, StoredMembership<NodeId, BasicNode>, WriteKeys), PersistError> {
+fn read_snapshot(path: &Path, store: &StateStore) -> Result<ReadSnapshot, PersistError> {
     let bytes = std::fs::read(path).map_err(|source| PersistError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let (meta, header, keys, _) = snapshot_file::restore(path, &bytes, store)?;
+    let (meta, header, keys, staging) = snapshot_file::restore(path, &bytes, store)?;
     let body = snapshot_file::decode(path, &bytes)?.body;
     let info = SnapshotInfo {
         file: path.to_path_buf(),
@@ -198,7 +208,7 @@ fn read_snapshot(
         tables: tables(&store.snapshot()),
         write_keys: keys.len() as u64,
     };
-    Ok((info, meta.last_membership, keys))
+    Ok((info, meta.last_membership, keys, staging))
 }
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
@@ -260,6 +270,7 @@ fn replay(
     dir: &Path,
     store: &StateStore,
     keys: &mut WriteKeys,
+    staging: &mut Option<Staging>,
     snapshot: Option<&(SnapshotInfo, StoredMembership<NodeId, BasicNode>)>,
     scanned: &ScannedLog,
     committed: &CommittedInfo,
@@ -304,6 +315,15 @@ fn replay(
             let entry = r.record.clone().into_entry();
             match &entry.payload {
                 EntryPayload::Blank => {}
+                EntryPayload::Normal(proposal)
+                    if proposal.commands.iter().any(|c| c.is_restore()) =>
+                {
+                    let (outcomes, _) = restore::apply_entry(staging, store, index, proposal);
+                    refused += outcomes
+                        .iter()
+                        .filter(|o| matches!(o, Outcome::Refused(_)))
+                        .count() as u64;
+                }
                 EntryPayload::Normal(proposal) => {
                     let applied =
                         apply_proposal_to(store, keys, index, proposal).map_err(|source| {

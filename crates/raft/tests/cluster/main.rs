@@ -12,6 +12,7 @@ mod log_files;
 mod membership;
 mod pre_vote;
 mod read_index;
+mod restore;
 mod snapshot_cadence;
 mod support;
 mod tcp;
