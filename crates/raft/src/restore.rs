@@ -104,7 +104,10 @@ fn refused(reason: impl Into<String>) -> StateError {
 /// [`StateError::RestoreRefused`] when the piece does not follow the staged ones or
 /// would take the staging past [`MAX_RESTORE_BYTES`]; the staging of its restore is
 /// then dropped.
-pub(crate) fn stage(staging: &mut Option<Staging>, command: &Arc<Command>) -> Result<(), StateError> {
+pub(crate) fn stage(
+    staging: &mut Option<Staging>,
+    command: &Arc<Command>,
+) -> Result<(), StateError> {
     let Command::StageSnapshotChunk {
         restore,
         seq,
@@ -346,10 +349,12 @@ impl Server {
                 .map(|_| ())
         })
         .await
-        .map_err(|e| RestoreError::Invalid(PersistError::Io {
-            path: "<restore>".into(),
-            source: std::io::Error::other(e.to_string()),
-        }))?
+        .map_err(|e| {
+            RestoreError::Invalid(PersistError::Io {
+                path: "<restore>".into(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })?
         .map_err(RestoreError::Invalid)?;
         if !self.is_leader() {
             let leader = self.leader_node().await;
@@ -475,7 +480,10 @@ mod tests {
         // Never bootstrapped: the tokens table stays at 0.
         assert!(!v.acl_bootstrapped());
         assert_eq!(v.nodes().count(), 5);
-        assert!(v.nodes().all(|n| n.create_index == 40 && n.modify_index == 40));
+        assert!(
+            v.nodes()
+                .all(|n| n.create_index == 40 && n.modify_index == 40)
+        );
         // The next write applies after it.
         let node = Node::new("node-new", "client-new");
         store.apply(41, &Command::UpsertNode { node }).unwrap();
@@ -501,9 +509,13 @@ mod tests {
         }
         // A snapshot built now holds the staged pieces; a server installs it.
         let meta = SnapshotMeta::<NodeId, BasicNode>::default();
-        let snap =
-            snapshot_file::encode(&meta, &WriteKeys::default(), staging.as_ref(), &state.snapshot())
-                .unwrap();
+        let snap = snapshot_file::encode(
+            &meta,
+            &WriteKeys::default(),
+            staging.as_ref(),
+            &state.snapshot(),
+        )
+        .unwrap();
         assert_eq!(
             u32::from_le_bytes(snap[8..12].try_into().unwrap()),
             snapshot_file::RAFT_SNAPSHOT_STAGED_VERSION

@@ -242,8 +242,13 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
                 what: "raft snapshot staged restore",
             });
         }
-        let record: StagedRecord = postcard::from_bytes(&bytes[at + 4..at + 4 + slen])
-            .map_err(|e| corrupt(at as u64 + 4, format!("staged restore does not decode: {e}")))?;
+        let record: StagedRecord =
+            postcard::from_bytes(&bytes[at + 4..at + 4 + slen]).map_err(|e| {
+                corrupt(
+                    at as u64 + 4,
+                    format!("staged restore does not decode: {e}"),
+                )
+            })?;
         at += 4 + slen + 4;
         Some(Staging::from_pieces(record.restore, record.pieces))
     } else {

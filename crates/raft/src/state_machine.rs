@@ -458,7 +458,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let index = entry.log_id.index;
             let response = match &entry.payload {
                 EntryPayload::Blank => ApplyResponse::default(),
-                EntryPayload::Normal(proposal) if proposal.commands.iter().any(|c| c.is_restore()) => {
+                EntryPayload::Normal(proposal)
+                    if proposal.commands.iter().any(|c| c.is_restore()) =>
+                {
                     self.apply_restore(index, proposal)
                 }
                 EntryPayload::Normal(proposal) => self.apply_proposal(index, proposal)?,

@@ -217,8 +217,8 @@ fn snapshot(command: SnapshotCmd) -> Result<(), CliError> {
                 Ok(())
             }
             SnapshotCmd::Restore { file, agent } => {
-                let bytes = std::fs::read(&file)
-                    .map_err(|e| err(format!("{}: {e}", file.display())))?;
+                let bytes =
+                    std::fs::read(&file).map_err(|e| err(format!("{}: {e}", file.display())))?;
                 let done = client(&agent)?
                     .snapshot_restore(bytes)
                     .await

@@ -48,7 +48,9 @@ async fn a_snapshot_saved_from_one_cluster_is_restored_into_another_on_every_ser
     let a = Agents::start(3, Some(ROOT_A)).await;
     let ca = a.client(0);
     for i in 0..5 {
-        ca.apply(&upsert(&format!("n{i}"), "ebs")).await.expect("write");
+        ca.apply(&upsert(&format!("n{i}"), "ebs"))
+            .await
+            .expect("write");
     }
     ca.apply(&Command::UpsertAllocs {
         allocs: vec![alloc("a1", "n1"), alloc("a2", "n2")],
@@ -56,7 +58,11 @@ async fn a_snapshot_saved_from_one_cluster_is_restored_into_another_on_every_ser
     .await
     .expect("write");
     a.wait_applied_everywhere().await;
-    let saved = a.client(follower(&a).await).snapshot(false).await.expect("saved");
+    let saved = a
+        .client(follower(&a).await)
+        .snapshot(false)
+        .await
+        .expect("saved");
     let saved = saved.value;
     a.shutdown().await;
 
@@ -69,11 +75,7 @@ async fn a_snapshot_saved_from_one_cluster_is_restored_into_another_on_every_ser
             .expect("write");
     }
     b.wait_applied_everywhere().await;
-    let before = cb
-        .nodes(ReadOptions::default())
-        .await
-        .expect("nodes")
-        .index;
+    let before = cb.nodes(ReadOptions::default()).await.expect("nodes").index;
 
     // A blocking query waits on B's nodes.
     let blocked = {
@@ -133,7 +135,11 @@ async fn a_snapshot_saved_from_one_cluster_is_restored_into_another_on_every_ser
     b.agents[leader] = Some(Agent::start(b.config(leader)).await.expect("restarts"));
     b.wait_applied_everywhere().await;
     for i in 0..3 {
-        assert!(canonical(&b, i) == expected, "server {} holds the saved state", i + 1);
+        assert!(
+            canonical(&b, i) == expected,
+            "server {} holds the saved state",
+            i + 1
+        );
     }
 
     // A's tokens came with A's state: B's own root token is gone, A's works, and
@@ -203,7 +209,9 @@ async fn bad_files_wrong_tokens_and_large_bodies_change_nothing() {
     .await;
     let c = agents.client(0);
     for i in 0..3 {
-        c.apply(&upsert(&format!("n{i}"), "ebs")).await.expect("write");
+        c.apply(&upsert(&format!("n{i}"), "ebs"))
+            .await
+            .expect("write");
     }
     let good = c.snapshot(false).await.expect("saved").value;
     c.apply(&upsert("after-save", "ebs")).await.expect("write");
@@ -276,7 +284,11 @@ async fn bad_files_wrong_tokens_and_large_bodies_change_nothing() {
         names.sort();
         (names, v.view().table_index(schedstate::Table::Nodes))
     };
-    assert_eq!(strip(&before), strip(&after), "nothing refused changed the state");
+    assert_eq!(
+        strip(&before),
+        strip(&after),
+        "nothing refused changed the state"
+    );
 
     // The good file restores.
     let (status, kind) = put(&agents, 0, ROOT_A, good).await;

@@ -25,8 +25,8 @@ use crate::NodeId;
 use crate::committed::{self, committed_path};
 use crate::log_format::{RAFT_LOG_MAGIC, RAFT_META_MAGIC, RaftMeta, meta_path, parse_segment_name};
 use crate::log_scan::{ScannedLog, scan_log};
-use crate::snapshot_file::{self, RAFT_SNAPSHOT_MAGIC, parse_snapshot_name, snapshot_files};
 use crate::restore::{self, Staging};
+use crate::snapshot_file::{self, RAFT_SNAPSHOT_MAGIC, parse_snapshot_name, snapshot_files};
 use crate::state_machine::{Outcome, apply_proposal_to};
 use crate::write_keys::WriteKeys;
 

@@ -166,7 +166,9 @@ async fn restore_snapshot_checks_the_file_first_and_replaces_the_state_everywher
         .find(|s| s.id() != leader.id())
         .unwrap();
     match follower.restore_snapshot(file.clone().into()).await {
-        Err(RestoreError::Propose(schedstate_raft::ProposeError::NotLeader { leader: l, .. })) => {
+        Err(RestoreError::Propose(schedstate_raft::ProposeError::NotLeader {
+            leader: l, ..
+        })) => {
             assert_eq!(l, Some(leader.id()));
         }
         other => panic!("{other:?}"),
@@ -174,7 +176,13 @@ async fn restore_snapshot_checks_the_file_first_and_replaces_the_state_everywher
     for s in cluster.live() {
         let snap = s.read_stale();
         assert!(snap.view().nodes().all(|n| !n.id.starts_with("saved-")));
-        assert_eq!(snap.view().nodes().filter(|n| n.id.starts_with("before-")).count(), 20);
+        assert_eq!(
+            snap.view()
+                .nodes()
+                .filter(|n| n.id.starts_with("before-"))
+                .count(),
+            20
+        );
     }
 
     let done = leader.restore_snapshot(file.clone().into()).await.unwrap();

@@ -720,7 +720,10 @@ fn operator_snapshot_save_and_restore_round_trip() {
         &[("SCHEDSTATE_TOKEN", SECRET)],
     );
     assert_eq!(saved.code, Some(0), "{saved:?}");
-    assert!(saved.stdout.starts_with("saved the state at index"), "{saved:?}");
+    assert!(
+        saved.stdout.starts_with("saved the state at index"),
+        "{saved:?}"
+    );
     let bytes = std::fs::read(&file).expect("saved file");
     assert!(bytes.starts_with(b"SCHEDSNP"));
 
@@ -751,7 +754,10 @@ fn operator_snapshot_save_and_restore_round_trip() {
         &env,
     );
     let line = refused.agent_error(&b);
-    assert!(line.contains("InvalidSnapshot") || line.contains("checks"), "{line}");
+    assert!(
+        line.contains("InvalidSnapshot") || line.contains("checks"),
+        "{line}"
+    );
     assert_eq!(nodes(), before);
 
     let restored = run(
@@ -759,7 +765,10 @@ fn operator_snapshot_save_and_restore_round_trip() {
         &env,
     );
     assert_eq!(restored.code, Some(0), "{restored:?}");
-    assert!(restored.stdout.contains("into the cluster at index"), "{restored:?}");
+    assert!(
+        restored.stdout.contains("into the cluster at index"),
+        "{restored:?}"
+    );
     let after = nodes();
     assert_eq!(after.code, Some(0), "{after:?}");
     assert!(
