@@ -64,6 +64,16 @@ impl SnapshotCadence {
         }
     }
 
+    /// Asks for a snapshot now, whatever the count: after a restore replaced the
+    /// state, so that a restart restores it instead of re-applying its pieces, and
+    /// the entries that carried them can be purged from the log.
+    pub(crate) fn ask_now(&mut self) {
+        if self.next_look != u64::MAX {
+            self.next_look = u64::MAX;
+            let _ = self.due.send(());
+        }
+    }
+
     /// A snapshot now covers everything applied (built, or installed from a leader).
     pub(crate) fn covered(&mut self) {
         self.since = 0;

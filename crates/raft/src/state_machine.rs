@@ -278,8 +278,8 @@ impl StateMachine {
     /// Applies an entry of a restore (`restore.rs`): a piece is staged, the last entry
     /// restores the staged file at `index`. A restore's command shares its entry with
     /// no other (the leader proposes each alone); an entry that mixes them is refused
-    /// whole, a no-op on every server.
-    fn apply_restore(&mut self, index: u64, proposal: &Proposal) -> ApplyResponse {
+    /// whole, a no-op on every server. Also says whether the state was replaced.
+    fn apply_restore(&mut self, index: u64, proposal: &Proposal) -> (ApplyResponse, bool) {
         let started = Instant::now();
         let (outcomes, restored) =
             restore::apply_entry(&mut self.staging, &self.store, index, proposal);
@@ -297,7 +297,7 @@ impl StateMachine {
                 });
             }
         }
-        ApplyResponse { outcomes }
+        (ApplyResponse { outcomes }, restored)
     }
 }
 
@@ -456,12 +456,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let mut out = Vec::new();
         for entry in entries {
             let index = entry.log_id.index;
+            let mut restored_at = None;
             let response = match &entry.payload {
                 EntryPayload::Blank => ApplyResponse::default(),
                 EntryPayload::Normal(proposal)
                     if proposal.commands.iter().any(|c| c.is_restore()) =>
                 {
-                    self.apply_restore(index, proposal)
+                    let (response, restored) = self.apply_restore(index, proposal);
+                    if restored {
+                        restored_at = Some(index);
+                    }
+                    response
                 }
                 EntryPayload::Normal(proposal) => self.apply_proposal(index, proposal)?,
                 EntryPayload::Membership(m) => {
@@ -476,6 +481,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 _ => 0,
             };
             self.cadence.applied(commands, &self.store);
+            if restored_at == Some(index) {
+                self.cadence.ask_now();
+            }
             out.push(response);
         }
         Ok(out)
