@@ -114,6 +114,7 @@ struct LimitsSection {
     max_event_streams: Option<NonZeroUsize>,
     max_event_streams_per_client: Option<NonZeroUsize>,
     scan_budget: Option<Budget>,
+    max_snapshot_restore_bytes: Option<NonZeroUsize>,
 }
 
 /// A path, not empty.
@@ -254,6 +255,7 @@ pub(super) fn parse(text: &str, dir: &Path) -> Result<Layer, (Option<Range<usize
         max_event_streams: count(limits.max_event_streams),
         max_event_streams_per_client: count(limits.max_event_streams_per_client),
         scan_budget: limits.scan_budget.map(|b| b.0),
+        max_snapshot_restore_bytes: count(limits.max_snapshot_restore_bytes),
     })
 }
 

@@ -113,6 +113,11 @@ pub struct AgentArgs {
     /// BudgetExceeded (as 2s, 500ms) [default: 2s].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub scan_budget: Option<std::time::Duration>,
+    /// The largest snapshot file a restore (`PUT /v1/operator/snapshot`) takes, in
+    /// bytes (larger is answered 413; it also counts under the clients' body budgets)
+    /// [default: 67108864].
+    #[arg(long, value_name = "BYTES")]
+    pub max_snapshot_restore_bytes: Option<usize>,
 }
 
 impl AgentArgs {
@@ -138,6 +143,7 @@ impl AgentArgs {
             max_event_streams: self.max_event_streams,
             max_event_streams_per_client: self.max_event_streams_per_client,
             scan_budget: self.scan_budget,
+            max_snapshot_restore_bytes: self.max_snapshot_restore_bytes,
         }
     }
 

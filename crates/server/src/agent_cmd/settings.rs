@@ -63,6 +63,7 @@ pub struct Layer {
     pub max_event_streams: Option<usize>,
     pub max_event_streams_per_client: Option<usize>,
     pub scan_budget: Option<Duration>,
+    pub max_snapshot_restore_bytes: Option<usize>,
 }
 
 impl Layer {
@@ -92,6 +93,9 @@ impl Layer {
                 .max_event_streams_per_client
                 .or(below.max_event_streams_per_client),
             scan_budget: self.scan_budget.or(below.scan_budget),
+            max_snapshot_restore_bytes: self
+                .max_snapshot_restore_bytes
+                .or(below.max_snapshot_restore_bytes),
         }
     }
 }
@@ -119,6 +123,7 @@ pub struct Settings {
     pub max_event_streams: usize,
     pub max_event_streams_per_client: usize,
     pub scan_budget: Duration,
+    pub max_snapshot_restore_bytes: usize,
 }
 
 /// A setting that differs between two [`Settings`]: its key in the file, the running
@@ -215,6 +220,9 @@ impl Settings {
                 .max_event_streams_per_client
                 .unwrap_or(limits.event_streams_per_client),
             scan_budget: layer.scan_budget.unwrap_or(limits.scan_budget),
+            max_snapshot_restore_bytes: layer
+                .max_snapshot_restore_bytes
+                .unwrap_or(limits.snapshot_restore_bytes),
         })
     }
 
@@ -252,6 +260,7 @@ impl Settings {
             blocking_queries_per_client: self.max_blocking_queries_per_client,
             event_streams_per_client: self.max_event_streams_per_client,
             scan_budget: self.scan_budget,
+            snapshot_restore_bytes: self.max_snapshot_restore_bytes,
             ..Limits::default()
         };
         Ok(config)
@@ -337,6 +346,11 @@ impl Settings {
                 "limits.max_event_streams_per_client",
                 a.max_event_streams_per_client,
                 b.max_event_streams_per_client,
+            ),
+            (
+                "limits.max_snapshot_restore_bytes",
+                a.max_snapshot_restore_bytes,
+                b.max_snapshot_restore_bytes,
             ),
         ] {
             diff(key, n(from), n(to));

@@ -51,6 +51,7 @@ max_blocking_queries_per_client = 77
 max_event_streams = 7000
 max_event_streams_per_client = 777
 scan_budget = "1m30s"
+max_snapshot_restore_bytes = 7777777
 "#;
 
 /// The same settings as flags, run from `/etc/schedstate` (relative paths are the
@@ -75,6 +76,7 @@ const EVERY_FLAG: &[&str] = &[
     "--max-event-streams=7000",
     "--max-event-streams-per-client=777",
     "--scan-budget=90s",
+    "--max-snapshot-restore-bytes=7777777",
 ];
 
 fn parse(text: &str) -> Layer {
@@ -104,6 +106,7 @@ fn assert_every_key_set(layer: &Layer) {
         max_event_streams: Some(_),
         max_event_streams_per_client: Some(_),
         scan_budget: Some(_),
+        max_snapshot_restore_bytes: Some(_),
     } = layer
     else {
         panic!("a key is missing: {layer:#?}");
