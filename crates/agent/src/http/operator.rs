@@ -147,7 +147,7 @@ pub(crate) async fn snapshot(State(st): State<AppState>, _: Checked) -> Response
 }
 
 /// The content type of a snapshot file sent to `PUT /v1/operator/snapshot`.
-const SNAPSHOT_TYPE: &str = "application/octet-stream";
+pub(super) const SNAPSHOT_TYPE: &str = "application/octet-stream";
 
 /// `PUT` (or `POST`) `/v1/operator/snapshot`: restores the snapshot file in the body
 /// into the whole cluster (`schedstate_raft::Server::restore_snapshot`), on the leader

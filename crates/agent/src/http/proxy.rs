@@ -136,16 +136,44 @@ pub(super) async fn proxy(st: &Service, leader: u64, addr: &str, req: Request) -
         .to_string();
     // Only reads and operator calls are proxied: their bodies are small, but for a
     // snapshot restore's file (capped as the leader caps it).
-    let limit = if is_restore(&parts.method, &parts.uri) {
-        st.limits.snapshot_restore_bytes
+    // A restore's file is read as the leader reads it: the type and the claimed
+    // length checked first (413 before a byte is read), the bytes counted against the
+    // clients' budgets as they arrive, within the body timeout.
+    let mut _held = None;
+    let body = if is_restore(&parts.method, &parts.uri) {
+        let client = parts
+            .extensions
+            .get::<crate::service::ClientKeys>()
+            .cloned()
+            .unwrap_or_else(|| {
+                crate::service::ClientKeys::new(std::net::Ipv4Addr::UNSPECIFIED.into(), None)
+            });
+        let rule = super::body::BodyRule {
+            limit: st.limits.snapshot_restore_bytes,
+            content_type: super::operator::SNAPSHOT_TYPE,
+        };
+        let read = super::body::read_body(
+            st,
+            &parts.headers,
+            super::body::ClientBody { client, body },
+            &rule,
+        )
+        .await;
+        match read {
+            Ok(read) => {
+                let bytes = read.bytes.clone();
+                _held = Some(read);
+                bytes
+            }
+            Err(e) => return e.into_response(),
+        }
     } else {
-        PROXIED_BODY_BYTES
-    };
-    let body = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(e) => {
-            return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string())
-                .into_response();
+        match axum::body::to_bytes(body, PROXIED_BODY_BYTES).await {
+            Ok(b) => b,
+            Err(e) => {
+                return ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "TooLarge", e.to_string())
+                    .into_response();
+            }
         }
     };
     let url = format!("{}://{addr}{path}", st.dialer.scheme());

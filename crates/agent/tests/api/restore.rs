@@ -203,7 +203,7 @@ async fn put(agents: &Agents, i: usize, secret: &str, body: Vec<u8>) -> (u16, St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_files_wrong_tokens_and_large_bodies_change_nothing() {
-    let agents = Agents::start_with(1, Some(ROOT_A), |c| {
+    let agents = Agents::start_with(3, Some(ROOT_A), |c| {
         c.limits.snapshot_restore_bytes = 256 << 10;
     })
     .await;
@@ -256,9 +256,17 @@ async fn bad_files_wrong_tokens_and_large_bodies_change_nothing() {
     let (status, _) = put(&agents, 0, &secret, good.clone()).await;
     assert_eq!(status, 403);
 
-    // Over the limit: 413, whether claimed or not.
-    let (status, kind) = put(&agents, 0, ROOT_A, vec![0u8; 300 << 10]).await;
-    assert_eq!((status, kind.as_str()), (413, "TooLarge"));
+    // Over the limit: 413, on the leader and on a follower (which reads the body as
+    // the leader would before sending it on).
+    let leader = agents.wait_leader().await;
+    let follower = (leader + 1) % 3;
+    for i in [leader, follower] {
+        let (status, kind) = put(&agents, i, ROOT_A, vec![0u8; 300 << 10]).await;
+        assert_eq!((status, kind.as_str()), (413, "TooLarge"), "agent {i}");
+    }
+    // A bad file through a follower: the leader's 400, relayed.
+    let (status, kind) = put(&agents, follower, ROOT_A, good[..100].to_vec()).await;
+    assert_eq!((status, kind.as_str()), (400, "InvalidSnapshot"));
 
     // Raw restore commands are not writes.
     let (answer, _) = (
