@@ -233,7 +233,8 @@ pub enum StateError {
         current: u64,
     },
     /// A command only a replicated server's state machine applies (restoring a
-    /// snapshot into a cluster) was given to a store outside one: an embedded or
+    /// snapshot into a cluster) was given to a store outside one, or proposed as a
+    /// write (an input rule: only a server's restore proposes it). An embedded or
     /// durable store restores a snapshot with `restore_from` or
     /// `schedstate snapshot restore` instead.
     #[error(

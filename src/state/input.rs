@@ -492,8 +492,13 @@ impl Command {
             }
             Command::AclBootstrap { token, .. } => acl_token_row(token),
             Command::SetAclSalt { .. } => Ok(()),
-            // Checked where they apply (a replicated server's state machine).
-            Command::StageSnapshotChunk { .. } | Command::RestoreSnapshot { .. } => Ok(()),
+            // Never a client's write: only a server's restore proposes them, past
+            // these rules (`Server::restore_snapshot`); its state machine checks them.
+            Command::StageSnapshotChunk { .. } | Command::RestoreSnapshot { .. } => {
+                Err(StateError::ReplicatedOnly {
+                    command: self.kind(),
+                })
+            }
             Command::CreateAclTokens { tokens, .. } => {
                 some("create ACL tokens", tokens)?;
                 list("tokens", tokens, acl_token_row)

@@ -13,7 +13,8 @@
 //!   A follower cut off from the leader answers 503 within [`FOLLOWER_READ_WAIT`];
 //!   it never serves what it has without the leader's word.
 //! - Proxied to the leader whole (`proxy.rs`, bounded per leader): the operator
-//!   routes that pass through this layer (a snapshot download, a membership change),
+//!   routes that pass through this layer (a snapshot download or restore, a
+//!   membership change),
 //!   and a read when the leader is an older server that does not know ReadIndex.
 
 use axum::extract::{Request, State};

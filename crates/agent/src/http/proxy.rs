@@ -1,6 +1,6 @@
 //! Sending a request to the leader whole, and relaying its answer: what a follower
 //! still does for the operator routes behind the consistency layer (a snapshot
-//! download, a membership change) and for a read when the leader is a server too old
+//! download or restore, a membership change) and for a read when the leader is a server too old
 //! to answer ReadIndex (`consistency.rs`). Once only: a proxied request that lands on
 //! a non-leader is 503, never proxied again.
 //!

@@ -150,6 +150,21 @@ async fn restore_snapshot_checks_the_file_first_and_replaces_the_state_everywher
     cluster.converge().await;
     let file = saved_file(5);
 
+    // Restore commands are not writes: the input rules refuse them.
+    let e = leader
+        .propose(Command::RestoreSnapshot {
+            restore: 1,
+            chunks: 0,
+            len: 0,
+            sha256: [0; 32],
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, schedstate_raft::ProposeError::Invalid { kind, .. } if kind == "ReplicatedOnly"),
+        "{e:?}"
+    );
+
     // A bad file: refused before anything is proposed.
     let mut bad = file.clone();
     let at = bad.len() - 6;
