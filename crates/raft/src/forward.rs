@@ -68,6 +68,20 @@ pub(crate) async fn propose_or_forward(
             tokio::select! {
                 r = forward => match r {
                     Ok(answer) => Attempt::Answered(answer),
+                    Err(crate::RpcFailure::Protocol { reason, .. })
+                        if !command.fits_format_2() && reason.contains("discriminant") =>
+                    {
+                        // The leader runs the previous release (a rolling upgrade).
+                        Attempt::Answered(Err(ProposeError::Invalid {
+                            kind: crate::FORMAT_NOT_ENABLED.into(),
+                            message: format!(
+                                "a {} command needs store format 3, and the leader, server {id}, \
+                                 reads format 2 only (an older release); upgrade every server, \
+                                 then try again",
+                                command.kind()
+                            ),
+                        }))
+                    }
                     Err(failure) => Attempt::Failed(failure.to_string()),
                 },
                 () = leader_moves_from(server, id) => Attempt::LeaderMoved,

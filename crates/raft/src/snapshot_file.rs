@@ -81,11 +81,14 @@ pub(crate) fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistE
     Ok(found)
 }
 
-/// Encodes `meta`, the write keys and the state `snap` as one replicated snapshot.
+/// Encodes `meta`, the write keys and the state `snap` as one replicated snapshot,
+/// the store's stream in the cluster's `format` (its oldest version that holds the
+/// state: a server of that format can install it; `formats.rs`).
 pub(crate) fn encode(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     keys: &WriteKeys,
     snap: &StateSnapshot,
+    format: u32,
 ) -> Result<Vec<u8>, PersistError> {
     let record = SnapshotRecord {
         last_log_id: meta.last_log_id.map(|l| log_id_parts(&l)),
@@ -106,8 +109,18 @@ pub(crate) fn encode(
     out.extend_from_slice(&keys);
     let crc = crc32fast::hash(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
-    snap.write_to(&mut out)?;
+    snap.write_as(&mut out, format)?;
     Ok(out)
+}
+
+/// The cluster's format a snapshot's store stream says (its version; version 1 is
+/// read as the oldest cluster format). The stream is checked when it is restored;
+/// this only reads its version.
+pub(crate) fn stream_format(stream: &[u8]) -> u32 {
+    let version = stream
+        .get(8..12)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    version.max(crate::OLDEST_CLUSTER_FORMAT)
 }
 
 /// Splits a replicated snapshot (`path` names it in errors) into its metadata, its
@@ -196,7 +209,7 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
 /// Restores the replicated snapshot `bytes`, read from the file `path`, into `store`:
 /// its header checked, then the store's stream (format, checksums, every invariant;
 /// the store is unchanged on error). Returns the Raft metadata and the stream's
-/// header and the write keys. Errors name `path` and the offset in the file, not in
+/// header and the write keys; the cluster's format is [`stream_format`] of the body. Errors name `path` and the offset in the file, not in
 /// the stream.
 pub(crate) fn restore(
     path: &Path,
@@ -263,7 +276,7 @@ mod tests {
     fn damage_in_the_stream_is_named_with_the_file_and_its_offset() {
         let store = StateStore::new();
         let meta = SnapshotMeta::<NodeId, BasicNode>::default();
-        let mut bytes = encode(&meta, &WriteKeys::default(), &store.snapshot()).unwrap();
+        let mut bytes = encode(&meta, &WriteKeys::default(), &store.snapshot(), 3).unwrap();
         let path = Path::new("/data/snap-00000000000000000000.rsnap");
         let (_, header, _) = restore(path, &bytes, &StateStore::new()).unwrap();
         assert_eq!(header.last_applied, 0);

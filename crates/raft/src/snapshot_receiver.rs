@@ -184,5 +184,10 @@ pub fn encode_snapshot(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     snap: &schedstate::state::StateSnapshot,
 ) -> Result<Vec<u8>, schedstate::persist::PersistError> {
-    snapshot_file::encode(meta, &crate::WriteKeys::default(), snap)
+    snapshot_file::encode(
+        meta,
+        &crate::WriteKeys::default(),
+        snap,
+        crate::NEWEST_FORMAT,
+    )
 }

@@ -113,6 +113,12 @@ pub struct AgentArgs {
     /// BudgetExceeded (as 2s, 500ms) [default: 2s].
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub scan_budget: Option<std::time::Duration>,
+    /// The newest store format this server reads: 3 (this release) or 2, to act as a
+    /// server of the previous release in a rehearsal of a rolling upgrade — it refuses
+    /// what that release cannot decode and holds the cluster's format at 2
+    /// [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_format: Option<u32>,
 }
 
 impl AgentArgs {
@@ -138,6 +144,7 @@ impl AgentArgs {
             max_event_streams: self.max_event_streams,
             max_event_streams_per_client: self.max_event_streams_per_client,
             scan_budget: self.scan_budget,
+            max_format: self.max_format,
         }
     }
 

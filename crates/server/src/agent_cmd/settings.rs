@@ -63,6 +63,7 @@ pub struct Layer {
     pub max_event_streams: Option<usize>,
     pub max_event_streams_per_client: Option<usize>,
     pub scan_budget: Option<Duration>,
+    pub max_format: Option<u32>,
 }
 
 impl Layer {
@@ -92,6 +93,7 @@ impl Layer {
                 .max_event_streams_per_client
                 .or(below.max_event_streams_per_client),
             scan_budget: self.scan_budget.or(below.scan_budget),
+            max_format: self.max_format.or(below.max_format),
         }
     }
 }
@@ -119,6 +121,8 @@ pub struct Settings {
     pub max_event_streams: usize,
     pub max_event_streams_per_client: usize,
     pub scan_budget: Duration,
+    /// The newest store format this server reads (rolling upgrades).
+    pub max_format: u32,
 }
 
 /// A setting that differs between two [`Settings`]: its key in the file, the running
@@ -184,6 +188,15 @@ impl Settings {
                  (--tls-ca, tls.ca)",
             ));
         }
+        let newest = schedstate_raft::NEWEST_FORMAT;
+        let max_format = layer.max_format.unwrap_or(newest);
+        if !(schedstate_raft::OLDEST_CLUSTER_FORMAT..=newest).contains(&max_format) {
+            return Err(err(format!(
+                "max_format {max_format} (--max-format, max_format): this release reads store \
+                 formats {} to {newest}",
+                schedstate_raft::OLDEST_CLUSTER_FORMAT
+            )));
+        }
         Ok(Settings {
             id,
             bind,
@@ -215,6 +228,7 @@ impl Settings {
                 .max_event_streams_per_client
                 .unwrap_or(limits.event_streams_per_client),
             scan_budget: layer.scan_budget.unwrap_or(limits.scan_budget),
+            max_format,
         })
     }
 
@@ -254,6 +268,7 @@ impl Settings {
             scan_budget: self.scan_budget,
             ..Limits::default()
         };
+        config.server.max_format = self.max_format;
         Ok(config)
     }
 
@@ -304,6 +319,11 @@ impl Settings {
             flag(b.tls_verify_clients),
         );
         diff("region", a.region.clone(), b.region.clone());
+        diff(
+            "max_format",
+            a.max_format.to_string(),
+            b.max_format.to_string(),
+        );
         diff("dev", flag(a.dev), flag(b.dev));
         diff(
             "log_level",
