@@ -126,7 +126,7 @@ impl Server {
             Err(why) => Err(ProposeError::Invalid {
                 kind: FORMAT_NOT_ENABLED.into(),
                 message: format!(
-                    "a {} command needs the cluster at store format {needed}, and it is at {}: {why}",
+                    "the command {} needs the cluster at store format {needed}, and it is at {}: {why}",
                     command.kind(),
                     self.cluster_format()
                 ),
