@@ -16,6 +16,7 @@ mod namespaces;
 mod nomad;
 mod parked;
 mod peers;
+mod rolling_upgrade;
 mod support;
 mod tls;
 mod ui;
