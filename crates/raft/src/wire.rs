@@ -508,6 +508,29 @@ fn warn_if_log_reverted(refused: &RpcRefused) {
     }
 }
 
+/// Entries of store format 3 refused by `target`: a server of the previous release
+/// joined a cluster whose format was raised (it cannot catch up). Said once a minute.
+fn warn_older_server(target: NodeId, reason: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARNED_SECS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_WARNED_SECS.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST_WARNED_SECS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            server = target,
+            "server {target} cannot read entries of store format 3 ({reason}): it runs a \
+             release older than the cluster's format and cannot catch up; upgrade it \
+             (logged once a minute)"
+        );
+    }
+}
+
 /// [`answer_rpc`] with a refusal as an answer (for transports that carry only
 /// answers); the refusal is logged at debug level.
 pub async fn answer_or_refuse(server: &Server, request: RpcRequest) -> RpcAnswer {
@@ -550,13 +573,19 @@ impl<T: Transport> Network for T {
         addr: &str,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        match self
+        let newer = !legacy::fits_format_2(&rpc);
+        let answer = match self
             .call(target, addr, RpcRequest::AppendEntries(rpc))
-            .await?
+            .await
         {
-            RpcAnswer::AppendEntries(a) => Ok(a),
-            other => Err(unexpected(target, other)),
+            Ok(RpcAnswer::AppendEntries(a)) => return Ok(a),
+            Ok(other) => Err(unexpected(target, other)),
+            Err(failure) => Err(failure),
+        };
+        if newer && let Err(RpcFailure::Protocol { reason, .. }) = &answer {
+            warn_older_server(target, reason);
         }
+        answer
     }
 
     async fn vote(
