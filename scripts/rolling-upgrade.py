@@ -133,6 +133,7 @@ class Writers:
         self.acked = []  # (time, node id)
         self.lock = threading.Lock()
         self.refused = []
+        self.slow = []  # (sent, took, port, status, answer) of writes over 0.5 s
         self.threads = [threading.Thread(target=self.run, args=(w,), daemon=True)
                         for w in range(WRITERS)]
 
@@ -146,11 +147,15 @@ class Writers:
                 "eligible": True, "create_index": 0, "modify_index": 0}}}
             while not self.stop.is_set():
                 port = random.choice(self.cluster.ports)
+                sent = time.time()
                 try:
-                    status, _ = call(port, "POST", "/v1/commands", body, timeout=3,
-                                     headers={"Idempotency-Key": key})
-                except OSError:
-                    status = None
+                    status, answer = call(port, "POST", "/v1/commands", body, timeout=3,
+                                          headers={"Idempotency-Key": key})
+                except OSError as e:
+                    status, answer = None, repr(e)
+                if time.time() - sent > 0.5:
+                    with self.lock:
+                        self.slow.append((sent, time.time() - sent, port, status, str(answer)[:200]))
                 if status == 200:
                     with self.lock:
                         self.acked.append((time.time(), node_id))
@@ -268,6 +273,10 @@ def main():
         print(f"  cluster format: {[cluster.self_stats(i)['cluster_format'] for i in range(3)]}")
         if refusals:
             print(f"  a mixed cluster refuses a job definition: 409 {refusals[0]}")
+        for sent, took, port, status, answer in writers.slow[:10]:
+            server = cluster.ports.index(port) + 1
+            print(f"  slow write: {took * 1000:.0f} ms to server {server} "
+                  f"(+{sent - writers.acked[0][0]:.1f} s): {status} {answer}")
         for f in failures:
             print(f"  FAILED: {f}")
         print(f"  logs in {root}")
