@@ -108,6 +108,28 @@ pub(crate) fn write_snapshot<W: Write>(
     out: &mut W,
     path: &Path,
 ) -> Result<u64> {
+    write_snapshot_as(snap, out, path, SNAPSHOT_VERSION)
+}
+
+/// Whether the state fits format version 2: no job definition, no ACL salt.
+fn fits_version_2(snap: &StateSnapshot) -> bool {
+    let v = snap.view();
+    v.acl_salt_row().is_none() && v.jobs().all(|j| j.definition.is_none())
+}
+
+/// Writes `snap` in the oldest snapshot version from `oldest` on that holds it (2 or
+/// this build's); returns the number of bytes written.
+fn write_snapshot_as<W: Write>(
+    snap: &StateSnapshot,
+    out: &mut W,
+    path: &Path,
+    oldest: u32,
+) -> Result<u64> {
+    let version = if oldest <= 2 && fits_version_2(snap) {
+        2
+    } else {
+        SNAPSHOT_VERSION
+    };
     let v = snap.view();
     // The tokens table is listed once written: the snapshot of a state that never had
     // one is byte for byte what a build before the table wrote (and still reads).
@@ -150,7 +172,7 @@ pub(crate) fn write_snapshot<W: Write>(
     };
     let e = io_err(path);
     o.put(SNAPSHOT_MAGIC).map_err(&e)?;
-    o.put(&SNAPSHOT_VERSION.to_le_bytes()).map_err(&e)?;
+    o.put(&version.to_le_bytes()).map_err(&e)?;
     o.put(&header_len.to_le_bytes()).map_err(&e)?;
     o.put(&header_bytes).map_err(&e)?;
     o.put_crc().map_err(&e)?;
@@ -186,7 +208,11 @@ pub(crate) fn write_snapshot<W: Write>(
         row(&mut o, &*token)?;
     }
     for job in v.jobs() {
-        row(&mut o, &*job)?;
+        if version == 2 {
+            row(&mut o, &JobV2::from(&*job))?;
+        } else {
+            row(&mut o, &*job)?;
+        }
     }
     if let Some(salt) = &salt {
         row(&mut o, &**salt)?;
@@ -499,5 +525,26 @@ impl StateSnapshot {
     /// I/O errors of `out`.
     pub fn write_to<W: Write>(&self, out: &mut W) -> Result<u64> {
         write_snapshot(self, out, Path::new("<stream>"))
+    }
+
+    /// Writes this version in the oldest snapshot format, from version `oldest` on,
+    /// that holds it: version 2 when `oldest` is 2 and the state has none of version
+    /// 3's additions (a job's definition, the ACL salt), else this build's. What a
+    /// replicated cluster not yet at format 3 sends, so that a server of the previous
+    /// release can install it.
+    ///
+    /// # Errors
+    /// I/O errors of `out`.
+    ///
+    /// ```
+    /// use schedstate::state::StateStore;
+    /// let store = StateStore::new();
+    /// let mut bytes = Vec::new();
+    /// store.snapshot().write_as(&mut bytes, 2).unwrap();
+    /// assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
+    /// StateStore::new().restore_from(&mut bytes.as_slice()).unwrap();
+    /// ```
+    pub fn write_as<W: Write>(&self, out: &mut W, oldest: u32) -> Result<u64> {
+        write_snapshot_as(self, out, Path::new("<stream>"), oldest)
     }
 }

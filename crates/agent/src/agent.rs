@@ -347,12 +347,24 @@ async fn watch_health(
     }
 }
 
+fn leader_is_me(server: &Server) -> bool {
+    server.leader() == Some(server.id())
+}
+
 /// Logs each leader change (one line) and counts it.
 async fn watch_leader(server: Server, metrics: Arc<Metrics>, mut stopping: watch::Receiver<bool>) {
     let mut rx = server.raft().metrics();
     let mut last: Option<u64> = None;
+    let mut format = server.cluster_format();
     loop {
         let term = rx.borrow_and_update().current_term;
+        // The cluster's format raised (a rolling upgrade done): the leader salts
+        // digests made unsalted meanwhile.
+        let now_format = server.cluster_format();
+        if now_format > format && leader_is_me(&server) {
+            tokio::spawn(crate::service::salt_if_unsalted(server.clone()));
+        }
+        format = now_format;
         // Not openraft's leader as it is: a follower whose election timer ran out
         // without word from its leader has none, even when it may not stand (PreVote).
         let leader = server.leader();

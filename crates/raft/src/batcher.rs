@@ -166,7 +166,13 @@ async fn run(
                 at_ms: unix_ms(),
                 keys,
             });
-            let outcome = raft.client_write(Proposal { commands, keys }).await;
+            let outcome = raft
+                .client_write(Proposal {
+                    commands,
+                    keys,
+                    raise_format: None,
+                })
+                .await;
             drop(open);
             match outcome {
                 Ok(resp) => {

@@ -193,4 +193,7 @@ pub enum OpenError {
     /// Raft failed to start.
     #[error("raft failed to start: {0}")]
     Raft(#[from] openraft::error::Fatal<NodeId>),
+    /// A server option this build cannot take.
+    #[error("server options: {0}")]
+    Options(String),
 }

@@ -68,6 +68,19 @@ pub(crate) async fn propose_or_forward(
             tokio::select! {
                 r = forward => match r {
                     Ok(answer) => Attempt::Answered(answer),
+                    Err(crate::RpcFailure::Protocol { reason, .. }) if !command.fits_format_2() => {
+                        // The leader could not read a command of format 3: it runs
+                        // the previous release (a rolling upgrade under way).
+                        Attempt::Answered(Err(ProposeError::Invalid {
+                            kind: crate::FORMAT_NOT_ENABLED.into(),
+                            message: format!(
+                                "the command {} needs store format 3, and the leader, server {id}, \
+                                 could not read it ({reason}): it runs an older release; upgrade \
+                                 every server, then try again",
+                                command.kind()
+                            ),
+                        }))
+                    }
                     Err(failure) => Attempt::Failed(failure.to_string()),
                 },
                 () = leader_moves_from(server, id) => Attempt::LeaderMoved,

@@ -78,6 +78,7 @@ mod batcher;
 mod committed;
 mod elections;
 mod error;
+mod formats;
 mod forward;
 pub mod inbound;
 pub mod inspect;
@@ -110,6 +111,7 @@ use schedstate::state::Command;
 pub use committed::RAFT_COMMITTED_MAGIC;
 pub use elections::STEP_DOWN_VOTE;
 pub use error::{ClusterError, OpenError, ProposeError};
+pub use formats::{FORMAT_NOT_ENABLED, MemberFormat, NEWEST_FORMAT, OLDEST_CLUSTER_FORMAT};
 pub use forward::FORWARD_DEADLINE;
 pub use inspect::{ServerDirReport, inspect_dir};
 pub use log_format::{
@@ -145,6 +147,10 @@ pub struct Proposal {
     /// The commands' write keys, when any has one (exactly-once writes): a command
     /// whose key the state machine already kept is answered, not applied again.
     pub keys: Option<ProposalKeys>,
+    /// Raises the cluster's format to this one (an entry of its own, with no
+    /// commands): proposed by a leader once every server reads it
+    /// ([`Server::cluster_format`]).
+    pub raise_format: Option<u32>,
 }
 
 impl Proposal {
@@ -153,6 +159,16 @@ impl Proposal {
         Proposal {
             commands,
             keys: None,
+            raise_format: None,
+        }
+    }
+
+    /// The entry that raises the cluster's format to `format`.
+    pub fn raise_format(format: u32) -> Proposal {
+        Proposal {
+            commands: Vec::new(),
+            keys: None,
+            raise_format: Some(format),
         }
     }
 

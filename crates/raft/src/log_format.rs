@@ -10,7 +10,8 @@
 //! Version 2 added jobs (the job commands, an allocation's job version); version 3 the
 //! keyed body (exactly-once writes, [`crate::WriteKeys`]) — a body kind of its own, so
 //! a version-2 record reads as it is; version 4 the commands of the store's format 3
-//! (a job's registered definition, the ACL salt). Older segments are still read —
+//! (a job's registered definition, the ACL salt) and the entry raising the cluster's
+//! format (rolling upgrades, `formats.rs`). Older segments are still read —
 //! their commands through their format's shape ([`schedstate::state::v1::CommandV1`]
 //! for version 1, [`schedstate::state::v2::CommandV2`] for versions 2 and 3).
 //! Segments of an older version are never appended to: records of this build go to a
@@ -166,12 +167,19 @@ pub(crate) enum RecordBody {
         /// The commands in order, each with its key if it has one.
         commands: Vec<(Arc<Command>, Option<WriteKey>)>,
     },
+    /// The cluster's format raised to this one, every server reading it (format
+    /// version 4; [`crate::Server::cluster_format`]).
+    FormatRaised(u32),
 }
 
 impl RaftRecord {
     pub(crate) fn from_entry(entry: &Entry) -> RaftRecord {
         let body = match &entry.payload {
             EntryPayload::Blank => RecordBody::Blank,
+            EntryPayload::Normal(Proposal {
+                raise_format: Some(format),
+                ..
+            }) => RecordBody::FormatRaised(*format),
             EntryPayload::Normal(p) => match (&p.keys, p.commands.as_slice()) {
                 (Some(keys), _) => RecordBody::Keyed {
                     at_ms: keys.at_ms,
@@ -210,7 +218,11 @@ impl RaftRecord {
                 EntryPayload::Normal(Proposal {
                     commands,
                     keys: Some(ProposalKeys { at_ms, keys }),
+                    raise_format: None,
                 })
+            }
+            RecordBody::FormatRaised(format) => {
+                EntryPayload::Normal(Proposal::raise_format(format))
             }
             RecordBody::Membership { configs, nodes } => {
                 EntryPayload::Membership(membership_from(configs, nodes))

@@ -135,6 +135,16 @@ pub trait Network: Clone + Send + Sync + 'static {
         addr: &str,
         request: TimeoutNowRequest,
     ) -> impl Future<Output = Result<TimeoutNowAnswer, RpcFailure>> + Send;
+
+    /// Asks `target` for the newest store format it reads (rolling upgrades,
+    /// [`Server::cluster_format`](crate::Server::cluster_format)). A target that does
+    /// not know the RPC (a server of the previous release) fails with
+    /// [`RpcFailure::Protocol`], which counts as format 2.
+    fn formats(
+        &self,
+        target: NodeId,
+        addr: &str,
+    ) -> impl Future<Output = Result<u32, RpcFailure>> + Send;
 }
 
 /// A [`Network`] without its type: what the server handle and openraft's adapter hold.
@@ -196,6 +206,8 @@ pub(crate) trait ErasedNetwork: Send + Sync + 'static {
         addr: String,
         request: TimeoutNowRequest,
     ) -> BoxFuture<'_, Result<TimeoutNowAnswer, RpcFailure>>;
+
+    fn formats(&self, target: NodeId, addr: String) -> BoxFuture<'_, Result<u32, RpcFailure>>;
 }
 
 impl<N: Network> ErasedNetwork for N {
@@ -263,6 +275,10 @@ impl<N: Network> ErasedNetwork for N {
         request: TimeoutNowRequest,
     ) -> BoxFuture<'_, Result<TimeoutNowAnswer, RpcFailure>> {
         Box::pin(async move { Network::timeout_now(self, target, &addr, request).await })
+    }
+
+    fn formats(&self, target: NodeId, addr: String) -> BoxFuture<'_, Result<u32, RpcFailure>> {
+        Box::pin(async move { Network::formats(self, target, &addr).await })
     }
 }
 

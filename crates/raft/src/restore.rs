@@ -328,8 +328,10 @@ impl Server {
     /// # Errors
     /// [`RestoreError::TooLarge`] and [`RestoreError::Invalid`] before anything is
     /// proposed; [`RestoreError::Busy`]; [`RestoreError::Propose`] with
-    /// [`ProposeError::NotLeader`] on a follower, or when a piece or the last entry
-    /// was not committed or was refused.
+    /// [`ProposeError::NotLeader`] on a follower, of kind
+    /// [`FORMAT_NOT_ENABLED`](crate::FORMAT_NOT_ENABLED) while a server of the
+    /// previous release is a member (it could not decode the pieces), or when a piece
+    /// or the last entry was not committed or was refused.
     pub async fn restore_snapshot(&self, file: Arc<[u8]>) -> Result<Restored, RestoreError> {
         let bytes = file.len() as u64;
         if bytes > MAX_RESTORE_BYTES {
@@ -364,6 +366,16 @@ impl Server {
             }));
         }
         let restore = restore_id(self.id());
+        // Every server must read the restore's commands (format 3): the cluster's
+        // format is raised first if every member reads it, else the restore is
+        // refused before anything is proposed (`formats.rs`).
+        self.fit_to_cluster(Command::RestoreSnapshot {
+            restore,
+            chunks: 0,
+            len: 0,
+            sha256: [0; 32],
+        })
+        .await?;
         let mut hash = Sha256::new();
         let mut pieces = 0u32;
         for (seq, piece) in file.chunks(RESTORE_CHUNK_BYTES).enumerate() {
@@ -514,6 +526,7 @@ mod tests {
             &WriteKeys::default(),
             staging.as_ref(),
             &state.snapshot(),
+            3,
         )
         .unwrap();
         assert_eq!(
@@ -531,8 +544,8 @@ mod tests {
         assert_eq!(other.snapshot().view().nodes().count(), 20);
 
         // Without staging the file is version 2, as before restores existed.
-        let plain =
-            snapshot_file::encode(&meta, &WriteKeys::default(), None, &state.snapshot()).unwrap();
+        let plain = snapshot_file::encode(&meta, &WriteKeys::default(), None, &state.snapshot(), 3)
+            .unwrap();
         assert_eq!(u32::from_le_bytes(plain[8..12].try_into().unwrap()), 2);
         let (_, _, _, none) =
             snapshot_file::restore(Path::new("<test>"), &plain, &StateStore::new()).unwrap();

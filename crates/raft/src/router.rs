@@ -221,8 +221,19 @@ impl Network for RouterNetwork {
         key: Option<WriteKey>,
     ) -> Result<Result<Committed, ProposeError>, RpcFailure> {
         let server = self.router.route(self.from, target).await?;
+        if let Some(refused) = server.refuses_as_older(&command) {
+            return Err(unexpected(target, RpcAnswer::Refused(refused.to_string())));
+        }
         let answer = server.propose_keyed(command, key).await;
         self.router.answer(self.from, target, answer)
+    }
+
+    async fn formats(&self, target: NodeId, _addr: &str) -> Result<u32, RpcFailure> {
+        let server = self.router.route(self.from, target).await?;
+        match answer_or_refuse(&server, RpcRequest::Formats).await {
+            RpcAnswer::Formats(answer) => self.router.answer(self.from, target, answer),
+            other => Err(unexpected(target, other)),
+        }
     }
 
     async fn read_index(

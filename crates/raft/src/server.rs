@@ -40,15 +40,15 @@ pub use options::{Committed, ServerOptions};
 /// there.
 #[derive(Clone)]
 pub struct Server {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     id: NodeId,
     dir: PathBuf,
-    raft: Raft<TypeConfig>,
+    pub(crate) raft: Raft<TypeConfig>,
     store: StateStore,
-    applied: Arc<Mutex<Applied>>,
+    pub(crate) applied: Arc<Mutex<Applied>>,
     /// The state machine's write keys.
     keys: Arc<Mutex<WriteKeys>>,
     network: Arc<dyn ErasedNetwork>,
@@ -68,6 +68,12 @@ struct Inner {
     /// received snapshot installing): read by its election timer.
     elections: Arc<Elections>,
     max_snapshot_bytes: u64,
+    /// The newest store format this server reads ([`ServerOptions::max_format`]).
+    pub(crate) max_format: u32,
+    /// One raise of the cluster's format at a time (`formats.rs`).
+    pub(crate) raising: tokio::sync::Mutex<()>,
+    /// The leader's periodic raise of the cluster's format.
+    _raise: std::sync::OnceLock<AbortOnDrop>,
     /// The task asking Raft for the snapshots the state machine's cadence calls for.
     _snapshots: AbortOnDrop,
     /// The election timer: PreVote, then `trigger().elect()`; CheckQuorum.
@@ -114,6 +120,16 @@ impl Server {
     ) -> BoxFuture<'static, Result<Server, OpenError>> {
         Box::pin(async move {
             let max_snapshot_bytes = options.max_snapshot_bytes;
+            let max_format = options.max_format;
+            if !(crate::formats::OLDEST_CLUSTER_FORMAT..=crate::formats::NEWEST_FORMAT)
+                .contains(&max_format)
+            {
+                return Err(OpenError::Options(format!(
+                    "max_format {max_format}: this build reads store formats {} to {}",
+                    crate::formats::OLDEST_CLUSTER_FORMAT,
+                    crate::formats::NEWEST_FORMAT
+                )));
+            }
             let (log, opened) = LogStore::open(&dir, options.log)?;
             let store = StateStore::new();
             let applied = Arc::new(Mutex::new(Applied::default()));
@@ -159,7 +175,7 @@ impl Server {
                     }
                 }
             }));
-            Ok(Server {
+            let server = Server {
                 inner: Arc::new(Inner {
                     id,
                     dir,
@@ -176,12 +192,18 @@ impl Server {
                     checked,
                     elections,
                     max_snapshot_bytes,
+                    max_format,
+                    raising: tokio::sync::Mutex::new(()),
+                    _raise: std::sync::OnceLock::new(),
                     raft,
                     _snapshots: snapshots,
                     _elections: timer,
                     restoring: tokio::sync::Mutex::new(()),
                 }),
-            })
+            };
+            let raise = tokio::spawn(crate::formats::keep_raising(Arc::downgrade(&server.inner)));
+            let _ = server.inner._raise.set(AbortOnDrop(raise));
+            Ok(server)
         })
     }
 

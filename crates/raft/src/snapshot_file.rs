@@ -101,12 +101,15 @@ pub(crate) fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, PersistE
 }
 
 /// Encodes `meta`, the write keys, the staged restore (if any) and the state `snap`
-/// as one replicated snapshot.
+/// as one replicated snapshot, the store's stream in the cluster's `format` (its
+/// oldest version that holds the state: a server of that format can install it;
+/// `formats.rs`).
 pub(crate) fn encode(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     keys: &WriteKeys,
     staging: Option<&Staging>,
     snap: &StateSnapshot,
+    format: u32,
 ) -> Result<Vec<u8>, PersistError> {
     let record = SnapshotRecord {
         last_log_id: meta.last_log_id.map(|l| log_id_parts(&l)),
@@ -144,8 +147,18 @@ pub(crate) fn encode(
         let crc = crc32fast::hash(&out[start..]);
         out.extend_from_slice(&crc.to_le_bytes());
     }
-    snap.write_to(&mut out)?;
+    snap.write_as(&mut out, format)?;
     Ok(out)
+}
+
+/// The cluster's format a snapshot's store stream says (its version; version 1 is
+/// read as the oldest cluster format). The stream is checked when it is restored;
+/// this only reads its version.
+pub(crate) fn stream_format(stream: &[u8]) -> u32 {
+    let version = stream
+        .get(8..12)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    version.max(crate::OLDEST_CLUSTER_FORMAT)
 }
 
 /// Splits a replicated snapshot (`path` names it in errors) into its metadata, its
@@ -265,8 +278,9 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
 /// Restores the replicated snapshot `bytes`, read from the file `path`, into `store`:
 /// its header checked, then the store's stream (format, checksums, every invariant;
 /// the store is unchanged on error). Returns the Raft metadata and the stream's
-/// header, the write keys and the staged restore. Errors name `path` and the offset
-/// in the file, not in the stream.
+/// header, the write keys and the staged restore; the cluster's format is
+/// [`stream_format`] of the body. Errors name `path` and the offset in the file, not
+/// in the stream.
 pub(crate) fn restore(
     path: &Path,
     bytes: &[u8],
@@ -342,7 +356,7 @@ mod tests {
     fn damage_in_the_stream_is_named_with_the_file_and_its_offset() {
         let store = StateStore::new();
         let meta = SnapshotMeta::<NodeId, BasicNode>::default();
-        let mut bytes = encode(&meta, &WriteKeys::default(), None, &store.snapshot()).unwrap();
+        let mut bytes = encode(&meta, &WriteKeys::default(), None, &store.snapshot(), 3).unwrap();
         let path = Path::new("/data/snap-00000000000000000000.rsnap");
         let (_, header, _, _) = restore(path, &bytes, &StateStore::new()).unwrap();
         assert_eq!(header.last_applied, 0);

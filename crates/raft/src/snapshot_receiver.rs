@@ -184,5 +184,11 @@ pub fn encode_snapshot(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     snap: &schedstate::state::StateSnapshot,
 ) -> Result<Vec<u8>, schedstate::persist::PersistError> {
-    snapshot_file::encode(meta, &crate::WriteKeys::default(), None, snap)
+    snapshot_file::encode(
+        meta,
+        &crate::WriteKeys::default(),
+        None,
+        snap,
+        crate::NEWEST_FORMAT,
+    )
 }

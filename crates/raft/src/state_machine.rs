@@ -81,7 +81,7 @@ pub(crate) struct ProposalApplied {
 pub(crate) type AppliedOnly = (Vec<Arc<Command>>, Vec<Option<StateError>>);
 
 /// The last applied log id and membership, shared with the server handle.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Applied {
     pub last: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
@@ -89,6 +89,20 @@ pub(crate) struct Applied {
     pub installs: u64,
     /// The last snapshot this server built, since it started.
     pub last_built: Option<SnapshotBuilt>,
+    /// The cluster's store format ([`crate::Server::cluster_format`]).
+    pub format: u32,
+}
+
+impl Default for Applied {
+    fn default() -> Self {
+        Applied {
+            last: None,
+            membership: StoredMembership::default(),
+            installs: 0,
+            last_built: None,
+            format: crate::OLDEST_CLUSTER_FORMAT,
+        }
+    }
 }
 
 /// A snapshot a server built: where it ends, its size, and how long encoding and
@@ -162,11 +176,13 @@ impl StateMachine {
                 source,
             })?;
             let (meta, _, keys, staging) = snapshot_file::restore(&path, &bytes, &sm.store)?;
+            let format = snapshot_file::stream_format(snapshot_file::decode(&path, &bytes)?.body);
             *sm.keys.lock() = keys;
             sm.staging = staging;
             let mut a = sm.applied.lock();
             a.last = meta.last_log_id;
             a.membership = meta.last_membership.clone();
+            a.format = format;
             drop(a);
             sm.current = Some((meta, path));
         }
@@ -204,6 +220,8 @@ pub(crate) struct SnapshotBuilder {
     staging: Option<Staging>,
     last: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, BasicNode>,
+    /// The cluster's format: the oldest version the store's stream is written in.
+    format: u32,
     dir: PathBuf,
     id: String,
     /// Where the build is recorded ([`Applied::last_built`]).
@@ -218,8 +236,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: self.membership.clone(),
             snapshot_id: self.id.clone(),
         };
-        let bytes = snapshot_file::encode(&meta, &self.keys, self.staging.as_ref(), &self.snap)
-            .map_err(snap_err)?;
+        let bytes = snapshot_file::encode(
+            &meta,
+            &self.keys,
+            self.staging.as_ref(),
+            &self.snap,
+            self.format,
+        )
+        .map_err(snap_err)?;
         StateMachine::keep_snapshot(&self.dir, &meta, &bytes).map_err(snap_err)?;
         let built = SnapshotBuilt {
             index: meta.last_log_id.map_or(0, |l| l.index),
@@ -459,6 +483,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let mut restored_at = None;
             let response = match &entry.payload {
                 EntryPayload::Blank => ApplyResponse::default(),
+                EntryPayload::Normal(Proposal {
+                    raise_format: Some(format),
+                    ..
+                }) => {
+                    let mut a = self.applied.lock();
+                    a.format = a.format.max(*format);
+                    ApplyResponse::default()
+                }
                 EntryPayload::Normal(proposal)
                     if proposal.commands.iter().any(|c| c.is_restore()) =>
                 {
@@ -499,6 +531,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             staging: self.staging.clone(),
             last: a.last,
             membership: a.membership.clone(),
+            format: a.format,
             dir: self.dir.clone(),
             id: format!("{}-{}", a.last.map_or(0, |l| l.index), self.built),
             applied: self.applied.clone(),
@@ -534,6 +567,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // every invariant) before anything changes. Either fires every watch
         // (blocking queries re-run on the new state).
         let checked = self.checked.lock().take();
+        let format = snapshot_file::stream_format(body);
         match checked {
             Some(c) if c.meta == *meta => {
                 self.store.restore_state_of(&c.state).map_err(snap_err)?
@@ -550,6 +584,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             a.last = meta.last_log_id;
             a.membership = meta.last_membership.clone();
             a.installs += 1;
+            a.format = format;
         }
         self.cadence.covered();
         tracing::info!(last = ?meta.last_log_id, "installed a snapshot from the leader");

@@ -16,6 +16,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use schedstate::state::Command;
+use schedstate::state::v2::AsV2;
 use serde::{Deserialize, Serialize};
 
 use crate::inbound::{self, RpcRefused};
@@ -30,7 +31,13 @@ use crate::{ClusterError, Committed, NodeId, ProposeError, Server, TypeConfig, W
 pub const MAX_RPC_BYTES: usize = 64 << 20;
 
 /// One RPC from a server to another.
-#[derive(Debug, Serialize, Deserialize)]
+///
+/// On the wire (postcard, [`RpcRequest::encode`]), an `AppendEntries` or a `Forward`
+/// whose commands all fit the store's format 2 is written in the previous release's
+/// shape, so that a server of that release decodes it; one that does not fit travels
+/// in a variant appended for it, which such a server refuses (rolling upgrades:
+/// `wire/legacy.rs`, `formats.rs`).
+#[derive(Debug)]
 pub enum RpcRequest {
     /// Raft's AppendEntries (entries or a heartbeat).
     AppendEntries(AppendEntriesRequest<TypeConfig>),
@@ -51,6 +58,98 @@ pub enum RpcRequest {
     /// A leader that stepped down for the receiver tells it to stand now
     /// ([`crate::transfer`]). Last, after `PreVote`.
     TimeoutNow(TimeoutNowRequest),
+    /// A leader asks which store formats the receiver reads (the newest); a server
+    /// older than this one refuses it as undecodable, which counts as format 2.
+    Formats,
+}
+
+/// [`RpcRequest`] as it is written: the commands of `AppendEntries` and `Forward` in
+/// their format-2 shape, those that need format 3 in the variants after `TimeoutNow`.
+#[derive(Serialize)]
+enum WireRequestOut<'a> {
+    AppendEntries(legacy::LegacyAppend<'a>),
+    Vote(&'a VoteRequest<NodeId>),
+    InstallSnapshot(&'a InstallSnapshotRequest<TypeConfig>),
+    Forward(AsV2<'a>, &'a Option<WriteKey>),
+    ReadIndex,
+    PreVote(&'a PreVoteRequest),
+    TimeoutNow(&'a TimeoutNowRequest),
+    AppendEntriesCurrent(&'a AppendEntriesRequest<TypeConfig>),
+    ForwardCurrent(&'a Command, &'a Option<WriteKey>),
+    Formats,
+}
+
+/// [`RpcRequest`] as it is read (the variants of [`WireRequestOut`], owned).
+#[derive(Deserialize)]
+enum WireRequestIn {
+    AppendEntries(AppendEntriesRequest<legacy::LegacyConfig>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    Forward(legacy::LegacyCommand, Option<WriteKey>),
+    ReadIndex,
+    PreVote(PreVoteRequest),
+    TimeoutNow(TimeoutNowRequest),
+    AppendEntriesCurrent(AppendEntriesRequest<TypeConfig>),
+    ForwardCurrent(Command, Option<WriteKey>),
+    Formats,
+}
+
+impl RpcRequest {
+    fn wire(&self) -> WireRequestOut<'_> {
+        match self {
+            RpcRequest::AppendEntries(rpc) if legacy::fits_format_2(rpc) => {
+                WireRequestOut::AppendEntries(legacy::LegacyAppend(rpc))
+            }
+            RpcRequest::AppendEntries(rpc) => WireRequestOut::AppendEntriesCurrent(rpc),
+            RpcRequest::Vote(rpc) => WireRequestOut::Vote(rpc),
+            RpcRequest::InstallSnapshot(rpc) => WireRequestOut::InstallSnapshot(rpc),
+            RpcRequest::Forward(command, key) if command.fits_format_2() => {
+                WireRequestOut::Forward(AsV2(command), key)
+            }
+            RpcRequest::Forward(command, key) => WireRequestOut::ForwardCurrent(command, key),
+            RpcRequest::ReadIndex => WireRequestOut::ReadIndex,
+            RpcRequest::PreVote(rpc) => WireRequestOut::PreVote(rpc),
+            RpcRequest::TimeoutNow(rpc) => WireRequestOut::TimeoutNow(rpc),
+            RpcRequest::Formats => WireRequestOut::Formats,
+        }
+    }
+
+    /// Its bytes on the wire (postcard).
+    ///
+    /// # Errors
+    /// A value postcard cannot encode (does not happen for these types).
+    pub fn encode(&self) -> Result<Vec<u8>, postcard::Error> {
+        postcard::to_extend(&self.wire(), Vec::new())
+    }
+
+    /// Reads one from its bytes: all of them, nothing may follow it.
+    ///
+    /// # Errors
+    /// [`RpcRefused::Malformed`]: the bytes are not one value of this type.
+    pub fn decode(bytes: &[u8]) -> Result<Self, RpcRefused> {
+        let (value, rest) = postcard::take_from_bytes::<WireRequestIn>(bytes)
+            .map_err(|e| RpcRefused::Malformed(e.to_string()))?;
+        if !rest.is_empty() {
+            return Err(RpcRefused::Malformed(format!(
+                "{} bytes follow the value",
+                rest.len()
+            )));
+        }
+        Ok(match value {
+            WireRequestIn::AppendEntries(rpc) => {
+                RpcRequest::AppendEntries(legacy::from_legacy(rpc))
+            }
+            WireRequestIn::AppendEntriesCurrent(rpc) => RpcRequest::AppendEntries(rpc),
+            WireRequestIn::Vote(rpc) => RpcRequest::Vote(rpc),
+            WireRequestIn::InstallSnapshot(rpc) => RpcRequest::InstallSnapshot(rpc),
+            WireRequestIn::Forward(legacy::LegacyCommand(command), key)
+            | WireRequestIn::ForwardCurrent(command, key) => RpcRequest::Forward(command, key),
+            WireRequestIn::ReadIndex => RpcRequest::ReadIndex,
+            WireRequestIn::PreVote(rpc) => RpcRequest::PreVote(rpc),
+            WireRequestIn::TimeoutNow(rpc) => RpcRequest::TimeoutNow(rpc),
+            WireRequestIn::Formats => RpcRequest::Formats,
+        })
+    }
 }
 
 /// The answer to an [`RpcRequest`], of the same kind.
@@ -75,6 +174,9 @@ pub enum RpcAnswer {
     PreVote(PreVoteAnswer),
     /// The answer to [`RpcRequest::TimeoutNow`].
     TimeoutNow(TimeoutNowAnswer),
+    /// The answer to [`RpcRequest::Formats`]: the newest store format the server
+    /// reads.
+    Formats(u32),
 }
 
 /// Why a server gave no read index, as it crosses the wire (the subset of
@@ -150,7 +252,6 @@ macro_rules! postcard_codec {
     };
 }
 
-postcard_codec!(RpcRequest);
 postcard_codec!(RpcAnswer);
 
 /// How long the last chunk of a snapshot may take, sent, checked and installed: the
@@ -296,6 +397,9 @@ impl From<WireOutcome> for Result<Committed, ProposeError> {
 /// # Errors
 /// [`RpcRefused`]: the request broke a rule; nothing changed.
 pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswer, RpcRefused> {
+    if let Some(refused) = older_refusal(server, &request) {
+        return Err(refused);
+    }
     let view = server.inbound_view();
     Ok(match request {
         RpcRequest::AppendEntries(rpc) => {
@@ -338,8 +442,31 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
             inbound::check_timeout_now(&view, &rpc)?;
             RpcAnswer::TimeoutNow(server.answer_timeout_now(&rpc).await)
         }
+        RpcRequest::Formats => RpcAnswer::Formats(server.max_format()),
     })
 }
+
+/// What a server of the previous release would refuse as undecodable, on a server
+/// limited to format 2 ([`ServerOptions::max_format`](crate::ServerOptions)): the
+/// RPCs in variants that release does not know. Lets a test run a mixed cluster
+/// without building that release.
+fn older_refusal(server: &Server, request: &RpcRequest) -> Option<RpcRefused> {
+    if server.max_format() >= 3 {
+        return None;
+    }
+    let fits = match request {
+        RpcRequest::AppendEntries(rpc) => legacy::fits_format_2(rpc),
+        RpcRequest::Forward(command, _) => return server.refuses_as_older(command),
+        RpcRequest::Formats => false,
+        _ => true,
+    };
+    (!fits).then(|| RpcRefused::Malformed(OLDER_REFUSAL.into()))
+}
+
+/// The refusal of a server limited to format 2, as that of a server of the previous
+/// release reads (postcard's words for a variant it does not know).
+pub(crate) const OLDER_REFUSAL: &str =
+    "Found an enum discriminant that was not known (this server is limited to format 2)";
 
 /// Entries from index N > 0 "after nothing": what openraft 0.9's leader sends a
 /// server it had replicated to, which has come back with an empty log under the same
@@ -376,6 +503,29 @@ fn warn_if_log_reverted(refused: &RpcRefused) {
              was its data directory wiped or replaced? A server cannot rejoin under its old id \
              with an empty directory; remove it from the cluster (operator raft remove-peer), \
              then add it back (operator raft add-peer) and it catches up from a snapshot \
+             (logged once a minute)"
+        );
+    }
+}
+
+/// Entries of store format 3 refused by `target`: a server of the previous release
+/// joined a cluster whose format was raised (it cannot catch up). Said once a minute.
+fn warn_older_server(target: NodeId, reason: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_WARNED_SECS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_WARNED_SECS.load(Ordering::Relaxed);
+    if now >= last + 60
+        && LAST_WARNED_SECS
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            server = target,
+            "server {target} cannot read entries of store format 3 ({reason}): it runs a \
+             release older than the cluster's format and cannot catch up; upgrade it \
              (logged once a minute)"
         );
     }
@@ -423,13 +573,19 @@ impl<T: Transport> Network for T {
         addr: &str,
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        match self
+        let newer = !legacy::fits_format_2(&rpc);
+        let answer = match self
             .call(target, addr, RpcRequest::AppendEntries(rpc))
-            .await?
+            .await
         {
-            RpcAnswer::AppendEntries(a) => Ok(a),
-            other => Err(unexpected(target, other)),
+            Ok(RpcAnswer::AppendEntries(a)) => return Ok(a),
+            Ok(other) => Err(unexpected(target, other)),
+            Err(failure) => Err(failure),
+        };
+        if newer && let Err(RpcFailure::Protocol { reason, .. }) = &answer {
+            warn_older_server(target, reason);
         }
+        answer
     }
 
     async fn vote(
@@ -515,7 +671,15 @@ impl<T: Transport> Network for T {
             other => Err(unexpected(target, other)),
         }
     }
+
+    async fn formats(&self, target: NodeId, addr: &str) -> Result<u32, RpcFailure> {
+        match self.call(target, addr, RpcRequest::Formats).await? {
+            RpcAnswer::Formats(answer) => Ok(answer),
+            other => Err(unexpected(target, other)),
+        }
+    }
 }
 
+mod legacy;
 #[cfg(test)]
 mod tests;

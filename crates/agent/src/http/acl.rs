@@ -18,8 +18,9 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use schedstate::model::{AclScope, AclToken};
+use schedstate::model::{AclScope, AclToken, unsalted_digest};
 use schedstate::state::Command;
+use schedstate_raft::FORMAT_NOT_ENABLED;
 
 use super::auth::given_token;
 use super::body::ClientBody;
@@ -128,10 +129,19 @@ pub(crate) async fn bootstrap(
         return e.into_response();
     }
     let command = Command::AclBootstrap {
-        token,
+        token: token.clone(),
         salt: Some(salt),
     };
-    match commit(&st, &key, command).await {
+    let committed = match commit(&st, &key, command).await {
+        // A rolling upgrade under way: a server of the previous release keeps
+        // digests unsalted, so this one is too (re-keyed once a salt is set).
+        Err(e) if e.body.kind == FORMAT_NOT_ENABLED => {
+            token.secret_hash = unsalted_digest(&secret);
+            commit(&st, &key, Command::AclBootstrap { token, salt: None }).await
+        }
+        other => other,
+    };
+    match committed {
         Ok(index) => {
             tracing::info!(accessor = %accessor, index, "ACL bootstrapped");
             created(&st, index, &accessor, secret, p.pretty)
@@ -238,22 +248,29 @@ pub(crate) async fn create(
     // when it has none: the command sets it). A salt set meanwhile elsewhere refuses
     // the write (`AclSaltMismatch`); it is made again once the salt is here.
     let mut attempt = 0;
+    // Unsalted while a rolling upgrade keeps the cluster at format 2.
+    let mut unsalted = false;
     let index = loop {
         attempt += 1;
         let salt = match st.server.read_stale().view().acl_salt() {
-            Some(s) => s,
+            Some(s) => Some(s),
+            None if unsalted => None,
             None => match new_salt() {
-                Ok(s) => s,
+                Ok(s) => Some(s),
                 Err(e) => return no_random(e).into_response(),
             },
         };
-        token.secret_hash = salt.digest(&secret);
+        token.secret_hash = match &salt {
+            Some(salt) => salt.digest(&secret),
+            None => unsalted_digest(&secret),
+        };
         let command = Command::CreateAclTokens {
             tokens: vec![token.clone()],
-            salt: Some(salt),
+            salt,
         };
         match commit(&st, &key, command).await {
             Ok(index) => break index,
+            Err(e) if e.body.kind == FORMAT_NOT_ENABLED && !unsalted => unsalted = true,
             Err(e) if e.body.kind == "AclSaltMismatch" && attempt < 5 => {
                 tokio::time::sleep(Duration::from_millis(100 * attempt)).await;
             }

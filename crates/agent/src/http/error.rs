@@ -102,6 +102,13 @@ impl From<ProposeError> for ApiError {
                     index: Some(index),
                 },
             },
+            // A rolling upgrade under way: the request is fine, the cluster is not
+            // ready for it yet (nothing was proposed).
+            ProposeError::Invalid { kind, message }
+                if kind == schedstate_raft::FORMAT_NOT_ENABLED =>
+            {
+                ApiError::new(StatusCode::CONFLICT, &kind, message)
+            }
             ProposeError::Invalid { kind, message } => {
                 ApiError::new(StatusCode::BAD_REQUEST, &kind, message)
             }

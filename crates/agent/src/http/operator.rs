@@ -253,7 +253,17 @@ pub(crate) async fn agent_self(State(st): State<AppState>, Checked(p): Checked) 
     let stats: AgentStats = BTreeMap::from([
         ("nomad".to_string(), nomad.to_stats()),
         ("raft".to_string(), raft),
-        ("schedstate".to_string(), me.to_stats()),
+        ("schedstate".to_string(), {
+            // Rolling upgrades: the newest store format this server reads and the
+            // cluster's (raised once every server reads it).
+            let mut own = me.to_stats();
+            own.insert("store_format".into(), st.server.max_format().to_string());
+            own.insert(
+                "cluster_format".into(),
+                st.server.cluster_format().to_string(),
+            );
+            own
+        }),
     ]);
     let body = serde_json::json!({
         "config": {

@@ -98,8 +98,12 @@ pub(crate) async fn serve(
             drop(open);
         });
     }
-    // Stopping: connections finish their request in flight; the agent waits for them
-    // (bounded by its own shutdown deadline).
+    // Stopping: the port closes first, so a client connecting now is refused at once
+    // and goes to another server (left open, the kernel would queue its connection
+    // unanswered until the process exits: a write stalled for the whole drain).
+    drop(listener);
+    // Connections finish their request in flight; the agent waits for them (bounded
+    // by its own shutdown deadline).
     while conns.join_next().await.is_some() {}
 }
 

@@ -108,12 +108,28 @@ pub(crate) async fn salt_if_unsalted(server: Server) {
             return;
         }
     };
-    match server.propose(Command::SetAclSalt { salt }).await {
-        Ok(c) => tracing::info!(index = c.index, "ACL token digests salted"),
-        Err(ProposeError::Refused { error, .. }) => {
-            tracing::debug!(%error, "ACL salt not set here")
+    // While a rolling upgrade holds the cluster at format 2 the salt waits: asked
+    // again until every server reads format 3, for as long as this server leads.
+    let mut told = false;
+    loop {
+        match server.propose(Command::SetAclSalt { salt }).await {
+            Ok(c) => tracing::info!(index = c.index, "ACL token digests salted"),
+            Err(ProposeError::Refused { error, .. }) => {
+                tracing::debug!(%error, "ACL salt not set here")
+            }
+            Err(ProposeError::Invalid { kind, message })
+                if kind == schedstate_raft::FORMAT_NOT_ENABLED && server.is_leader() =>
+            {
+                if !told {
+                    tracing::info!("ACL token digests stay unsalted for now: {message}");
+                    told = true;
+                }
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                continue;
+            }
+            Err(e) => tracing::info!(error = %e, "could not salt ACL token digests yet"),
         }
-        Err(e) => tracing::info!(error = %e, "could not salt ACL token digests yet"),
+        return;
     }
 }
 

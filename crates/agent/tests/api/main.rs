@@ -17,6 +17,7 @@ mod nomad;
 mod parked;
 mod peers;
 mod restore;
+mod rolling_upgrade;
 mod support;
 mod tls;
 mod ui;

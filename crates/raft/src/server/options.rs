@@ -44,6 +44,11 @@ pub struct ServerOptions {
     /// of entries: a restarted server re-applies everything after its newest
     /// snapshot, and one entry may carry hundreds of commands.
     pub snapshot_after_commands: u64,
+    /// The newest store format this server reads: this build's
+    /// ([`NEWEST_FORMAT`](crate::NEWEST_FORMAT)), or 2 to act as a server of the
+    /// previous release would — it refuses what that release cannot decode and never
+    /// raises the cluster's format (rolling-upgrade tests; `formats.rs`).
+    pub max_format: u32,
 }
 
 impl Default for ServerOptions {
@@ -86,6 +91,7 @@ impl Default for ServerOptions {
             on_apply: None,
             max_snapshot_bytes: 4 << 30,
             snapshot_after_commands: 20_000,
+            max_format: crate::NEWEST_FORMAT,
         }
     }
 }

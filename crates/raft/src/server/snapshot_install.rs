@@ -37,6 +37,20 @@ impl Server {
             Received::Mismatch(e) => return Ok(Err(RaftError::APIError(e))),
             Received::Done { vote, meta, bytes } => (vote, meta, bytes),
         };
+        // A server limited to an older format refuses a snapshot it could not read,
+        // as a server of that release would.
+        let format = if self.max_format() < crate::NEWEST_FORMAT {
+            crate::snapshot_file::decode(std::path::Path::new("<received snapshot>"), &bytes)
+                .map_or(0, |d| crate::snapshot_file::stream_format(d.body))
+        } else {
+            0
+        };
+        if format > self.max_format() {
+            return Err(RpcRefused::Snapshot(format!(
+                "the snapshot's store stream is version {format}; this server reads at most {}",
+                self.max_format()
+            )));
+        }
         // Decoding and restoring a large snapshot takes a while: off the runtime.
         let checked = tokio::task::spawn_blocking(move || {
             check_snapshot(&meta, &bytes).map(|state| (meta, bytes, state))

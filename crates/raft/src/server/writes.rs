@@ -16,8 +16,10 @@ impl Server {
     /// [`ProposeError::Invalid`] when it breaks an input rule (nothing proposed);
     /// [`ProposeError::Refused`] with the typed [`StateError`](schedstate::state::StateError)
     /// when the rules refuse it on the state (it is still a committed, no-op entry);
-    /// [`ProposeError::NotLeader`] naming the leader; see [`ProposeError`] for when the
-    /// outcome is unknown.
+    /// [`ProposeError::NotLeader`] naming the leader; [`ProposeError::Invalid`] of
+    /// kind [`FORMAT_NOT_ENABLED`](crate::FORMAT_NOT_ENABLED) when it needs a store
+    /// format some server does not read yet (a rolling upgrade under way); see
+    /// [`ProposeError`] for when the outcome is unknown.
     pub async fn propose(&self, command: Command) -> Result<Committed, ProposeError> {
         self.propose_keyed(command, None).await
     }
@@ -42,6 +44,8 @@ impl Server {
         if let Some(answer) = self.known_outcome(key.as_ref()) {
             return answer;
         }
+        // What every server reads: a rolling upgrade may not be over (`formats.rs`).
+        let command = self.fit_to_cluster(command).await?;
         self.inner.batcher.propose(command, key).await
     }
 

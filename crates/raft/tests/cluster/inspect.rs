@@ -186,6 +186,7 @@ fn entry(index: u64) -> Entry {
                 nodes: vec![marker_node("inspect", index)],
             })],
             keys: None,
+            raise_format: None,
         }),
     }
 }

@@ -20,6 +20,7 @@ fn entry(index: u64) -> Entry {
                 nodes: vec![marker_node("log", index)],
             })],
             keys: None,
+            raise_format: None,
         }),
     }
 }
@@ -199,6 +200,7 @@ fn wide_entry(index: u64, commands: u64) -> Entry {
                 })
                 .collect(),
             keys: None,
+            raise_format: None,
         }),
     }
 }

@@ -17,6 +17,7 @@ mod snapshot_cadence;
 mod support;
 mod tcp;
 mod transfer;
+mod upgrade;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -218,6 +218,10 @@ impl Network for OlderServers {
             reason: "answered 400 Bad Request: malformed RPC".into(),
         })
     }
+
+    async fn formats(&self, target: NodeId, addr: &str) -> Result<u32, RpcFailure> {
+        self.0.formats(target, addr).await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,6 +91,7 @@ struct FileConfig {
     region: Option<Region>,
     dev: Option<bool>,
     log_level: Option<LogLevel>,
+    max_format: Option<u32>,
     tls: Option<TlsSection>,
     limits: Option<LimitsSection>,
 }
@@ -248,6 +249,7 @@ pub(super) fn parse(text: &str, dir: &Path) -> Result<Layer, (Option<Range<usize
         region: file.region.map(|r| r.0),
         dev: file.dev,
         log_level: file.log_level,
+        max_format: file.max_format,
         max_conns_per_client: count(limits.max_conns_per_client),
         max_conns: count(limits.max_conns),
         max_blocking_queries: count(limits.max_blocking_queries),

@@ -118,6 +118,12 @@ pub struct AgentArgs {
     /// [default: 67108864].
     #[arg(long, value_name = "BYTES")]
     pub max_snapshot_restore_bytes: Option<usize>,
+    /// The newest store format this server reads: 3 (this release) or 2, to act as a
+    /// server of the previous release in a rehearsal of a rolling upgrade — it refuses
+    /// what that release cannot decode and holds the cluster's format at 2
+    /// [default: 3].
+    #[arg(long, value_name = "N")]
+    pub max_format: Option<u32>,
 }
 
 impl AgentArgs {
@@ -144,6 +150,7 @@ impl AgentArgs {
             max_event_streams_per_client: self.max_event_streams_per_client,
             scan_budget: self.scan_budget,
             max_snapshot_restore_bytes: self.max_snapshot_restore_bytes,
+            max_format: self.max_format,
         }
     }
 

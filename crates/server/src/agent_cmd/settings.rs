@@ -64,6 +64,7 @@ pub struct Layer {
     pub max_event_streams_per_client: Option<usize>,
     pub scan_budget: Option<Duration>,
     pub max_snapshot_restore_bytes: Option<usize>,
+    pub max_format: Option<u32>,
 }
 
 impl Layer {
@@ -96,6 +97,7 @@ impl Layer {
             max_snapshot_restore_bytes: self
                 .max_snapshot_restore_bytes
                 .or(below.max_snapshot_restore_bytes),
+            max_format: self.max_format.or(below.max_format),
         }
     }
 }
@@ -124,6 +126,8 @@ pub struct Settings {
     pub max_event_streams_per_client: usize,
     pub scan_budget: Duration,
     pub max_snapshot_restore_bytes: usize,
+    /// The newest store format this server reads (rolling upgrades).
+    pub max_format: u32,
 }
 
 /// A setting that differs between two [`Settings`]: its key in the file, the running
@@ -189,6 +193,15 @@ impl Settings {
                  (--tls-ca, tls.ca)",
             ));
         }
+        let newest = schedstate_raft::NEWEST_FORMAT;
+        let max_format = layer.max_format.unwrap_or(newest);
+        if !(schedstate_raft::OLDEST_CLUSTER_FORMAT..=newest).contains(&max_format) {
+            return Err(err(format!(
+                "max_format {max_format} (--max-format, max_format): this release reads store \
+                 formats {} to {newest}",
+                schedstate_raft::OLDEST_CLUSTER_FORMAT
+            )));
+        }
         Ok(Settings {
             id,
             bind,
@@ -223,6 +236,7 @@ impl Settings {
             max_snapshot_restore_bytes: layer
                 .max_snapshot_restore_bytes
                 .unwrap_or(limits.snapshot_restore_bytes),
+            max_format,
         })
     }
 
@@ -263,6 +277,7 @@ impl Settings {
             snapshot_restore_bytes: self.max_snapshot_restore_bytes,
             ..Limits::default()
         };
+        config.server.max_format = self.max_format;
         Ok(config)
     }
 
@@ -313,6 +328,11 @@ impl Settings {
             flag(b.tls_verify_clients),
         );
         diff("region", a.region.clone(), b.region.clone());
+        diff(
+            "max_format",
+            a.max_format.to_string(),
+            b.max_format.to_string(),
+        );
         diff("dev", flag(a.dev), flag(b.dev));
         diff(
             "log_level",

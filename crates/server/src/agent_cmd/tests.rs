@@ -32,6 +32,7 @@ region = "eu"
 cluster_key_file = "cluster.key"
 dev = true
 log_level = "debug"
+max_format = 2
 
 [peers]
 1 = "127.0.0.1:5000"
@@ -64,6 +65,7 @@ const EVERY_FLAG: &[&str] = &[
     "--cluster-key-file=/etc/schedstate/cluster.key",
     "--dev",
     "--log-level=debug",
+    "--max-format=2",
     "--peers=1=127.0.0.1:5000,2=127.0.0.2:5000",
     "--tls-cert=/etc/schedstate/tls/cert.pem",
     "--tls-key=/etc/schedstate/tls/key.pem",
@@ -107,6 +109,7 @@ fn assert_every_key_set(layer: &Layer) {
         max_event_streams_per_client: Some(_),
         scan_budget: Some(_),
         max_snapshot_restore_bytes: Some(_),
+        max_format: Some(_),
     } = layer
     else {
         panic!("a key is missing: {layer:#?}");
