@@ -313,3 +313,30 @@ async fn bad_files_wrong_tokens_and_large_bodies_change_nothing() {
     assert_eq!(names, ["n0", "n1", "n2"]);
     agents.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_waits_for_every_server_to_read_its_entries() {
+    // One server acts as the previous release: it could not decode the pieces.
+    let agents = Agents::start_with(3, Some(ROOT_A), |c| {
+        if c.id == 3 {
+            c.server.max_format = 2;
+        }
+    })
+    .await;
+    let c = agents.client(0);
+    c.apply(&upsert("n1", "ebs")).await.expect("write");
+    let file = c.snapshot(false).await.expect("saved").value;
+    agents.wait_applied_everywhere().await;
+    let before = canonical(&agents, 0);
+    for i in 0..3 {
+        let (status, kind) = put(&agents, i, ROOT_A, file.clone()).await;
+        assert_eq!(
+            (status, kind.as_str()),
+            (409, "FormatNotEnabled"),
+            "agent {i}"
+        );
+    }
+    agents.wait_applied_everywhere().await;
+    assert!(canonical(&agents, 0) == before, "nothing changed");
+    agents.shutdown().await;
+}
