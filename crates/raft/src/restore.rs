@@ -647,6 +647,27 @@ mod tests {
     }
 
     #[test]
+    fn a_durable_store_refuses_restore_commands_and_logs_nothing() {
+        use schedstate::persist::{DurableStore, Options, PersistError};
+        let dir = tempfile::tempdir().unwrap();
+        let (pieces, last) = commands(1, &file(1), 1 << 20);
+        {
+            let (db, _) = DurableStore::open(dir.path(), Options::default()).unwrap();
+            let node = Node::new("kept", "kept");
+            db.apply(1, &Command::UpsertNode { node }).unwrap();
+            for (i, c) in [&*pieces[0], &last].into_iter().enumerate() {
+                match db.apply(2 + i as u64, c) {
+                    Err(PersistError::State(e)) => assert_eq!(e.kind(), "ReplicatedOnly"),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let (db, report) = DurableStore::open(dir.path(), Options::default()).unwrap();
+        assert_eq!(report.last_applied, 1, "nothing but the node was logged");
+        assert_eq!(db.snapshot().view().nodes().count(), 1);
+    }
+
+    #[test]
     fn a_store_outside_a_cluster_refuses_restore_commands() {
         let store = StateStore::new();
         let (pieces, last) = commands(1, &file(1), 1 << 20);
