@@ -238,6 +238,20 @@ fn text(r: &ServerDirReport) -> String {
             thousands(st.last_applied.map_or(0, |l| l.index)),
         ),
         ("Latest Index", thousands(st.latest_index)),
+        (
+            "Cluster Format",
+            if st.cluster_format > schedstate_raft::OLDEST_CLUSTER_FORMAT {
+                format!(
+                    "{} (raised: the previous release cannot run on this directory)",
+                    st.cluster_format
+                )
+            } else {
+                format!(
+                    "{} (a server of the previous release reads it)",
+                    st.cluster_format
+                )
+            },
+        ),
         ("Replayed", replayed),
         (
             "Not Committed",

@@ -277,6 +277,9 @@ fn replay(
 ) -> Result<StateInfo, PersistError> {
     let mut last_applied = snapshot.and_then(|(s, _)| s.last_log_id);
     let mut membership = snapshot.map(|(_, m)| m.clone()).unwrap_or_default();
+    let mut cluster_format = snapshot.map_or(crate::OLDEST_CLUSTER_FORMAT, |(s, _)| {
+        s.store_version.max(crate::OLDEST_CLUSTER_FORMAT)
+    });
     let next = last_applied.map_or(0, |l| l.index + 1);
     let until = match committed {
         CommittedInfo::InLog { log_id } if log_id.index >= next => Some(log_id.index),
@@ -315,6 +318,10 @@ fn replay(
             let entry = r.record.clone().into_entry();
             match &entry.payload {
                 EntryPayload::Blank => {}
+                EntryPayload::Normal(crate::Proposal {
+                    raise_format: Some(format),
+                    ..
+                }) => cluster_format = cluster_format.max(*format),
                 EntryPayload::Normal(proposal)
                     if proposal.commands.iter().any(|c| c.is_restore()) =>
                 {
@@ -363,6 +370,7 @@ fn replay(
             .count() as u64,
         membership: MembershipInfo::from(&membership),
         latest_index: snap.view().latest_index(),
+        cluster_format,
         write_keys: keys.len() as u64,
         replays,
         tables: tables(&snap),

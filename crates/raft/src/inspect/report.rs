@@ -236,6 +236,10 @@ pub struct StateInfo {
     pub membership: MembershipInfo,
     /// The store's last applied write index.
     pub latest_index: u64,
+    /// The cluster's store format at the last applied entry (rolling upgrades: the
+    /// snapshot's stream version, raised by the entries that raise it). Above 2, a
+    /// server of the previous release can no longer run on this directory.
+    pub cluster_format: u32,
     /// The write keys kept at the last applied entry (exactly-once writes).
     pub write_keys: u64,
     /// Commands among the replayed ones answered from their write key (retries),

@@ -95,6 +95,15 @@ impl TcpCluster {
         server.shutdown().await;
     }
 
+    /// The cluster's format `inspect_dir` reads in server `id`'s directory.
+    fn inspected_format(&self, id: u64) -> u32 {
+        let dir = self.root.path().join(format!("s{id}"));
+        schedstate_raft::inspect_dir(&dir)
+            .unwrap()
+            .state
+            .cluster_format
+    }
+
     fn server(&self, id: u64) -> Server {
         self.servers[id as usize - 1].as_ref().unwrap().0.clone()
     }
@@ -218,6 +227,7 @@ async fn a_server_of_the_previous_format_keeps_up_and_holds_format_3_back_until_
     );
     for s in cluster.live() {
         assert_eq!(s.cluster_format(), 2, "server {}", s.id());
+        assert_eq!(cluster.inspected_format(s.id()), 2);
     }
 
     // Server 3 leads: its entries reach the newer servers.
@@ -290,6 +300,8 @@ async fn a_server_of_the_previous_format_keeps_up_and_holds_format_3_back_until_
     cluster.converged(last).await;
     for s in cluster.live() {
         assert_eq!(s.cluster_format(), 3);
+        // What `schedstate inspect` says of its directory, read while it runs.
+        assert_eq!(cluster.inspected_format(s.id()), 3);
         let snap = s.read_stale();
         for i in 0..230 {
             assert!(snap.view().node(&format!("up-{i}")).is_some(), "up-{i}");
