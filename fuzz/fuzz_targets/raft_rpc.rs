@@ -104,6 +104,6 @@ fn run(data: &[u8]) {
                 assert!(!view.has_membership() || view.members.contains(&rpc.from));
             }
         }
-        RpcRequest::Forward(..) | RpcRequest::ReadIndex => {}
+        RpcRequest::Forward(..) | RpcRequest::ReadIndex | RpcRequest::Formats => {}
     }
 }
