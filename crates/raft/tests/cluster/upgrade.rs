@@ -231,10 +231,17 @@ async fn a_server_of_the_previous_format_keeps_up_and_holds_format_3_back_until_
     }
 
     // Server 3 leads: its entries reach the newer servers.
-    let leader = cluster.live()[0].leader().unwrap();
-    let from = cluster.server(leader);
-    if leader != 3 {
-        from.transfer_leadership(Some(3)).await.unwrap();
+    let start = Instant::now();
+    loop {
+        let leader = cluster.live()[0].wait_for_leader(DEADLINE).await.unwrap();
+        if leader == 3 {
+            break;
+        }
+        // A transfer asked right after an election may be refused: ask again.
+        if let Err(e) = cluster.server(leader).transfer_leadership(Some(3)).await {
+            assert!(start.elapsed() < DEADLINE, "no transfer to server 3: {e}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     for round in 20..30 {
         last = cluster.write(nodes(round * 5, 5)).await.unwrap();
@@ -294,7 +301,7 @@ async fn a_server_of_the_previous_format_keeps_up_and_holds_format_3_back_until_
     );
 
     // The leader stops: the others elect, keep format 3 and every write.
-    let leader = cluster.live()[0].leader().unwrap();
+    let leader = cluster.live()[0].wait_for_leader(DEADLINE).await.unwrap();
     cluster.stop(leader).await;
     last = cluster.write(nodes(2_000, 1)).await.unwrap();
     cluster.converged(last).await;
