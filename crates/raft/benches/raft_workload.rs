@@ -27,6 +27,8 @@ mod dataset;
 #[path = "../../../benches/workload/report.rs"]
 #[allow(dead_code)]
 mod report;
+#[path = "raft_workload/fsync_floor.rs"]
+mod fsync_floor;
 #[path = "raft_workload/restarts.rs"]
 mod restarts;
 #[path = "../../../benches/common/splitmix.rs"]
@@ -416,6 +418,9 @@ async fn run(f: Flags) {
         1,
         &[("leader_elected_ms", el.as_secs_f64() * 1e3)],
     );
+
+    // The disk's floor under a one-client commit, in this run, on the logs' disk.
+    fsync_floor::fsync_floor(cluster.root.path(), &mut rep);
 
     // ---- preload ----
     let heap_before = alloc_counter::live_bytes();
