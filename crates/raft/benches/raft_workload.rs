@@ -24,11 +24,11 @@ mod alloc_counter;
 #[path = "../../../benches/workload/dataset.rs"]
 #[allow(dead_code)]
 mod dataset;
+#[path = "raft_workload/fsync_floor.rs"]
+mod fsync_floor;
 #[path = "../../../benches/workload/report.rs"]
 #[allow(dead_code)]
 mod report;
-#[path = "raft_workload/fsync_floor.rs"]
-mod fsync_floor;
 #[path = "raft_workload/restarts.rs"]
 mod restarts;
 #[path = "../../../benches/common/splitmix.rs"]

@@ -31,7 +31,8 @@ pub fn fsync_floor(dir: &Path, rep: &mut Reporter) {
         .open(&path)
         .expect("fsync_floor: probe file");
     let zeros = vec![0u8; APPENDS * RECORD];
-    file.write_all_at(&zeros, 0).expect("fsync_floor: zero fill");
+    file.write_all_at(&zeros, 0)
+        .expect("fsync_floor: zero fill");
     file.sync_all().expect("fsync_floor: sync the fill");
     let record = vec![0xA5u8; RECORD];
     let mut took = Vec::with_capacity(APPENDS);
@@ -46,7 +47,11 @@ pub fn fsync_floor(dir: &Path, rep: &mut Reporter) {
     let _ = std::fs::remove_file(&path);
     let p50 = pct(&took, 0.5);
     // Two fsyncs in a row per one-client commit, nothing else counted.
-    let floor_commits = if p50 > 0 { 1e9 / (2.0 * p50 as f64) } else { 0.0 };
+    let floor_commits = if p50 > 0 {
+        1e9 / (2.0 * p50 as f64)
+    } else {
+        0.0
+    };
     rep.emit(
         "fsync_floor",
         p50 as f64,
