@@ -60,6 +60,64 @@ struct StagedRecord {
     pieces: Vec<Vec<u8>>,
 }
 
+/// [`StagedRecord`] as it is written: the pieces borrowed from the staging (postcard
+/// writes a byte slice as it writes a `Vec<u8>`), so a snapshot taken mid-restore
+/// does not copy up to a gigabyte of pieces first.
+#[derive(Serialize)]
+struct StagedRecordRef<'a> {
+    restore: u64,
+    pieces: Vec<&'a [u8]>,
+}
+
+/// Appends one section, `LEN u32 | postcard(value) | CRC u32` (the CRC over the
+/// length and the bytes), encoding `value` straight into `out`.
+fn put_section(out: &mut Vec<u8>, value: &impl Serialize) -> Result<(), PersistError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    *out = postcard::to_extend(value, std::mem::take(out))?;
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32fast::hash(&out[start..]);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// The section at `at` of the snapshot file `path` (as [`put_section`] wrote it, at
+/// most `cap` bytes): its payload and where the next part starts. `name` and `what`
+/// name it in errors.
+fn section<'b>(
+    path: &Path,
+    bytes: &'b [u8],
+    at: usize,
+    cap: usize,
+    name: &str,
+    what: &'static str,
+) -> Result<(&'b [u8], usize), PersistError> {
+    let corrupt = |reason: String| PersistError::Corrupt {
+        path: path.to_path_buf(),
+        offset: at as u64,
+        reason,
+    };
+    let Some(len) = bytes.get(at..at + 4) else {
+        return Err(corrupt(format!("no {name} section")));
+    };
+    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+    if len > cap || bytes.len() < at + 4 + len + 4 {
+        return Err(corrupt(format!(
+            "{name} section length {len} does not fit the file"
+        )));
+    }
+    let end = at + 4 + len;
+    if bytes[end..end + 4] != crc32fast::hash(&bytes[at..end]).to_le_bytes() {
+        return Err(PersistError::Checksum {
+            path: path.to_path_buf(),
+            offset: at as u64,
+            what,
+        });
+    }
+    Ok((&bytes[at + 4..end], end + 4))
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct SnapshotRecord {
     last_log_id: Option<(u64, NodeId, u64)>,
@@ -129,23 +187,13 @@ pub(crate) fn encode(
     out.extend_from_slice(&body);
     let crc = crc32fast::hash(&out);
     out.extend_from_slice(&crc.to_le_bytes());
-    let keys = postcard::to_allocvec(&keys.to_record())?;
-    let start = out.len();
-    out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
-    out.extend_from_slice(&keys);
-    let crc = crc32fast::hash(&out[start..]);
-    out.extend_from_slice(&crc.to_le_bytes());
+    put_section(&mut out, &keys.to_record())?;
     if let Some(staging) = staging {
-        let record = StagedRecord {
+        let record = StagedRecordRef {
             restore: staging.restore,
-            pieces: staging.bytes().map(<[u8]>::to_vec).collect(),
+            pieces: staging.bytes().collect(),
         };
-        let staged = postcard::to_allocvec(&record)?;
-        let start = out.len();
-        out.extend_from_slice(&(staged.len() as u32).to_le_bytes());
-        out.extend_from_slice(&staged);
-        let crc = crc32fast::hash(&out[start..]);
-        out.extend_from_slice(&crc.to_le_bytes());
+        put_section(&mut out, &record)?;
     }
     snap.write_as(&mut out, format)?;
     Ok(out)
@@ -211,58 +259,39 @@ pub(crate) fn decode<'b>(path: &Path, bytes: &'b [u8]) -> Result<Decoded<'b>, Pe
     };
     let mut at = 16 + len + 4;
     let keys = if version >= 2 {
-        if bytes.len() < at + 4 {
-            return Err(corrupt(at as u64, "no write-key section".into()));
-        }
-        let klen = u32_at(at) as usize;
-        if klen > KEYS_CAP || bytes.len() < at + 4 + klen + 4 {
-            return Err(corrupt(
-                at as u64,
-                format!("write-key section length {klen} does not fit the file"),
-            ));
-        }
-        if u32_at(at + 4 + klen) != crc32fast::hash(&bytes[at..at + 4 + klen]) {
-            return Err(PersistError::Checksum {
-                path: path.to_path_buf(),
-                offset: at as u64,
-                what: "raft snapshot write keys",
-            });
-        }
-        let record: WriteKeysRecord = postcard::from_bytes(&bytes[at + 4..at + 4 + klen])
+        let (payload, next) = section(
+            path,
+            bytes,
+            at,
+            KEYS_CAP,
+            "write-key",
+            "raft snapshot write keys",
+        )?;
+        let record: WriteKeysRecord = postcard::from_bytes(payload)
             .map_err(|e| corrupt(at as u64 + 4, format!("write keys do not decode: {e}")))?;
         let keys = WriteKeys::from_record(record)
             .map_err(|e| corrupt(at as u64 + 4, format!("write keys: {e}")))?;
-        at += 4 + klen + 4;
+        at = next;
         keys
     } else {
         WriteKeys::default()
     };
     let staging = if version >= 3 {
-        if bytes.len() < at + 4 {
-            return Err(corrupt(at as u64, "no staged-restore section".into()));
-        }
-        let slen = u32_at(at) as usize;
-        if slen > STAGED_CAP || bytes.len() < at + 4 + slen + 4 {
-            return Err(corrupt(
-                at as u64,
-                format!("staged-restore section length {slen} does not fit the file"),
-            ));
-        }
-        if u32_at(at + 4 + slen) != crc32fast::hash(&bytes[at..at + 4 + slen]) {
-            return Err(PersistError::Checksum {
-                path: path.to_path_buf(),
-                offset: at as u64,
-                what: "raft snapshot staged restore",
-            });
-        }
-        let record: StagedRecord =
-            postcard::from_bytes(&bytes[at + 4..at + 4 + slen]).map_err(|e| {
-                corrupt(
-                    at as u64 + 4,
-                    format!("staged restore does not decode: {e}"),
-                )
-            })?;
-        at += 4 + slen + 4;
+        let (payload, next) = section(
+            path,
+            bytes,
+            at,
+            STAGED_CAP,
+            "staged-restore",
+            "raft snapshot staged restore",
+        )?;
+        let record: StagedRecord = postcard::from_bytes(payload).map_err(|e| {
+            corrupt(
+                at as u64 + 4,
+                format!("staged restore does not decode: {e}"),
+            )
+        })?;
+        at = next;
         Some(Staging::from_pieces(record.restore, record.pieces))
     } else {
         None
