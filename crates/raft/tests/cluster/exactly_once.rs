@@ -148,17 +148,7 @@ async fn copies_of_a_write_in_flight_at_once_apply_once_and_a_refusal_replays_as
 async fn write_keys_cross_snapshot_installs_and_restarts() {
     let cluster = Arc::new(Cluster::start(3, small_snapshots()).await);
     let leader = cluster.wait_leader(&[]).await;
-    let lagging = cluster
-        .live()
-        .into_iter()
-        .find(|s| s.id() != leader.id())
-        .unwrap();
-    let others: Vec<u64> = cluster
-        .live()
-        .iter()
-        .map(|s| s.id())
-        .filter(|id| *id != lagging.id())
-        .collect();
+    let (lagging, others) = cluster.a_follower_and_the_others(&leader);
     cluster.router.partition(&[&[lagging.id()], &others]);
     let k = key(3, 3);
     let keyed = leader

@@ -103,17 +103,7 @@ async fn a_leader_crash_mid_stream_loses_nothing_and_the_restarted_server_rejoin
 async fn a_follower_behind_a_purge_catches_up_by_snapshot_and_its_blocking_query_wakes() {
     let cluster = Arc::new(Cluster::start(3, small_snapshots()).await);
     let leader = cluster.wait_leader(&[]).await;
-    let lagging = cluster
-        .live()
-        .into_iter()
-        .find(|s| s.id() != leader.id())
-        .unwrap();
-    let others: Vec<u64> = cluster
-        .live()
-        .iter()
-        .map(|s| s.id())
-        .filter(|id| *id != lagging.id())
-        .collect();
+    let (lagging, others) = cluster.a_follower_and_the_others(&leader);
     // A blocking query on the follower, armed before it falls behind.
     let seen = lagging.read_stale().view().last_applied();
     let reader = lagging.reader().clone();

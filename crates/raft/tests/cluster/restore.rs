@@ -43,17 +43,7 @@ async fn propose(server: &schedstate_raft::Server, command: Command) -> u64 {
 async fn pieces_staged_across_a_snapshot_install_restore_on_every_server() {
     let cluster = Cluster::start(3, small_snapshots()).await;
     let leader = cluster.wait_leader(&[]).await;
-    let lagging = cluster
-        .live()
-        .into_iter()
-        .find(|s| s.id() != leader.id())
-        .unwrap();
-    let others: Vec<u64> = cluster
-        .live()
-        .iter()
-        .map(|s| s.id())
-        .filter(|id| *id != lagging.id())
-        .collect();
+    let (lagging, others) = cluster.a_follower_and_the_others(&leader);
 
     let file = saved_file(30);
     let pieces: Vec<&[u8]> = file.chunks(file.len() / 5 + 1).collect();

@@ -60,6 +60,23 @@ impl Cluster {
         server
     }
 
+    /// A follower of `leader`, and the ids of every other server (the leader's side
+    /// of a partition that leaves the follower behind).
+    pub fn a_follower_and_the_others(&self, leader: &Server) -> (Server, Vec<NodeId>) {
+        let live = self.live();
+        let follower = live
+            .iter()
+            .find(|s| s.id() != leader.id())
+            .expect("a follower")
+            .clone();
+        let others = live
+            .iter()
+            .map(|s| s.id())
+            .filter(|id| *id != follower.id())
+            .collect();
+        (follower, others)
+    }
+
     pub fn server(&self, id: NodeId) -> Server {
         self.servers.lock()[&id].clone()
     }
