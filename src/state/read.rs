@@ -23,11 +23,11 @@ use super::tables::{Tables, job_key, volume_key};
 #[derive(Clone, Copy)]
 pub struct StateView<'a> {
     pub(crate) view: View<'a>,
-    pub(crate) t: Tables,
+    pub(crate) t: &'a Tables,
 }
 
 impl<'a> StateView<'a> {
-    pub(crate) fn new(view: View<'a>, t: Tables) -> Self {
+    pub(crate) fn new(view: View<'a>, t: &'a Tables) -> Self {
         StateView { view, t }
     }
 
@@ -40,7 +40,7 @@ impl<'a> StateView<'a> {
     /// The table handles (feature `unstable-internals`).
     #[cfg(feature = "unstable-internals")]
     pub fn tables(&self) -> Tables {
-        self.t
+        *self.t
     }
 
     /// The node with exactly this id.

@@ -31,10 +31,7 @@ pub struct StateReader {
 impl StateReader {
     /// The current version, O(1).
     pub fn snapshot(&self) -> StateSnapshot {
-        StateSnapshot {
-            snap: self.db.snapshot(),
-            t: self.t,
-        }
+        StateSnapshot::new(self.db.snapshot())
     }
 
     /// Runs `query` as a blocking query: at once when `opts.min_index` is 0,
@@ -63,7 +60,7 @@ impl StateReader {
         opts: QueryOptions,
         mut query: impl FnMut(StateView<'_>) -> (u64, T),
     ) -> QueryResult<T> {
-        let t = self.t;
+        let t = &self.t;
         let res = self
             .db
             .blocking_query(opts, |v| Ok::<_, Infallible>(query(StateView::new(v, t))));
@@ -85,7 +82,7 @@ impl StateReader {
         S: FnOnce(Duration) -> SF,
         SF: Future<Output = ()>,
     {
-        let t = self.t;
+        let t = &self.t;
         let res = self
             .db
             .blocking_query_async(opts, sleep, |v| {

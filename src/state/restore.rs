@@ -213,7 +213,7 @@ impl Restore {
     pub(crate) fn commit(self) -> Result<()> {
         let txn = self.txn.finish()?;
         // The indexes were built from these rows just now; the rows are checked.
-        StateView::new(txn.view(), self.t).check_rows()?;
+        StateView::new(txn.view(), &self.t).check_rows()?;
         txn.commit()?;
         Ok(())
     }

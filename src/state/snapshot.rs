@@ -16,22 +16,41 @@ use super::v2::JobV2;
 /// One version of the state: immutable, O(1) to take, `Send + Sync + 'static`.
 /// Reads go through [`view`](Self::view), or [`watched`](Self::watched) to record
 /// what they read for a wait.
+///
+/// It is one pointer: the table handles are read from the version's schema, where
+/// `Tables::declare` attached them, so taking a snapshot copies nothing.
 #[derive(Clone, Debug)]
 pub struct StateSnapshot {
     pub(crate) snap: Snapshot,
-    pub(crate) t: Tables,
 }
 
 impl StateSnapshot {
+    /// A snapshot of a database whose schema `Tables::declare` made.
+    pub(crate) fn new(snap: Snapshot) -> Self {
+        StateSnapshot { snap }
+    }
+
+    /// The table handles of this version's schema.
+    #[inline]
+    pub(crate) fn tables(&self) -> &Tables {
+        // Every database the state layer opens has a schema from `Tables::declare`,
+        // which attaches the handles: the one way to make a `StateSnapshot` is from
+        // such a database.
+        self.snap
+            .attached::<Tables>()
+            .expect("a state schema carries its table handles")
+    }
+
     /// Reads without watching.
+    #[inline]
     pub fn view(&self) -> StateView<'_> {
-        StateView::new(self.snap.view(), self.t)
+        StateView::new(self.snap.view(), self.tables())
     }
 
     /// Reads that record what they read into `ws`, which can then wait until exactly
     /// that changes.
     pub fn watched<'a>(&'a self, ws: &'a WatchSet) -> StateView<'a> {
-        StateView::new(self.snap.watched(ws), self.t)
+        StateView::new(self.snap.watched(ws), self.tables())
     }
 
     /// Whether `other` is the very same version (no write committed between them).

@@ -105,13 +105,7 @@ impl StateStore {
     /// moment (compaction cuts its consistent point with it).
     pub(crate) fn pause_writes(&self) -> (WritePause, StateSnapshot) {
         let (pause, snap) = self.db().pause_writes();
-        (
-            pause,
-            StateSnapshot {
-                snap,
-                t: self.tables(),
-            },
-        )
+        (pause, StateSnapshot::new(snap))
     }
 
     /// Applies `command` at log index `index`: all of it commits, or none of it and an

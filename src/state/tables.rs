@@ -132,7 +132,7 @@ pub(crate) fn volume_key(namespace: &str, id: &str) -> Key {
 }
 
 impl Tables {
-    /// Declares the tables on a new schema.
+    /// Declares the tables on a new schema, and attaches them to it.
     pub(crate) fn declare() -> (Schema, Tables) {
         let mut s = Schema::new();
         // Names are distinct constants, so declaring cannot fail; the expect documents
@@ -186,6 +186,9 @@ impl Tables {
             })
         })()
         .expect("the state schema declares distinct names");
+        // Every snapshot reads its handles from the schema (see `StateSnapshot::view`)
+        // instead of carrying a copy of them.
+        s.attach(tables);
         (s, tables)
     }
 }

@@ -103,7 +103,7 @@ impl Writer {
     /// Reads of the transaction's state so far. Plugin edits not yet flushed are not
     /// visible here; read plugins through [`plugin`](Self::plugin).
     pub(crate) fn view(&self) -> StateView<'_> {
-        StateView::new(self.txn.view(), self.t)
+        StateView::new(self.txn.view(), &self.t)
     }
 
     /// The plugin as this command currently sees it.

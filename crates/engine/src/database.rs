@@ -1,11 +1,13 @@
 //! The database handle, its published version and its snapshots.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 use super::bulk::BulkLoad;
+use super::last_seen::{current_root, next_uid};
 use super::reclaim::{PinnedRoot, Retired, WriterLock, retire_all};
 use super::registry::Registry;
 use super::root::Root;
@@ -20,6 +22,9 @@ use super::{Error, Result};
 pub(crate) struct Shared {
     /// The published version. Readers load it without locking.
     pub(crate) current: ArcSwap<Root>,
+    /// The number of the published version, stored after each swap (see
+    /// `last_seen.rs`: what lets a thread's next snapshot skip loading `current`).
+    pub(crate) current_uid: AtomicU64,
     /// Held by the one write transaction in progress.
     pub(crate) writer: Arc<Mutex<()>>,
     /// Live watches. Commits fire under this lock after publishing; watch sets compare
@@ -100,6 +105,7 @@ impl Db {
         let registry = Registry::new(maps);
         let shared = Arc::new_cyclic(|weak| Shared {
             current: ArcSwap::from_pointee(Root::empty(Arc::clone(&schema), weak.clone())),
+            current_uid: AtomicU64::new(next_uid()),
             writer: Arc::new(Mutex::new(())),
             registry: Mutex::new(registry),
             retired: Retired::default(),
@@ -113,7 +119,7 @@ impl Db {
     #[inline]
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
-            root: PinnedRoot::new(self.shared.current.load_full()),
+            root: PinnedRoot::new(current_root(&self.shared)),
         }
     }
 
@@ -333,6 +339,13 @@ impl Snapshot {
     /// The log index of the last accepted write in this version.
     pub fn last_applied(&self) -> u64 {
         self.root.last_applied
+    }
+
+    /// What was attached to the database's schema, if it is a `T`
+    /// ([`Schema::attach`]).
+    #[inline]
+    pub fn attached<T: std::any::Any>(&self) -> Option<&T> {
+        self.root.schema.attached()
     }
 
     /// Whether two snapshots are the very same version.

@@ -3,7 +3,8 @@
 //!
 //! - [`Schema`] declares tables (row type + primary key function) and secondary
 //!   indexes (unique or not, one or many keys per row, computed from the row).
-//! - [`Db`] holds the published version. [`Db::snapshot`] clones one `Arc`;
+//! - [`Db`] holds the published version. [`Db::snapshot`] counts one `Arc` (a thread
+//!   remembers the version it read last, `last_seen.rs`);
 //!   [`Db::begin_write`] starts the one write transaction, [`WriteTxn::commit`]
 //!   publishes it whole, dropping it aborts.
 //! - [`View`] reads one version: exact gets, prefix and range scans, full iteration, in
@@ -18,6 +19,7 @@ mod error;
 mod intervals;
 mod key;
 mod key_order;
+mod last_seen;
 mod pmap;
 mod prefetch;
 mod reclaim;

@@ -43,6 +43,8 @@ static NEXT_SCHEMA_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Schema {
     pub(crate) id: u64,
     pub(crate) tables: Vec<TableDef>,
+    /// A value of the user's, shared by every version (see [`attach`](Self::attach)).
+    pub(crate) attached: Option<Box<dyn Any + Send + Sync>>,
 }
 
 pub(crate) struct TableDef {
@@ -69,7 +71,34 @@ impl Schema {
         Schema {
             id: NEXT_SCHEMA_ID.fetch_add(1, Ordering::Relaxed),
             tables: Vec::new(),
+            attached: None,
         }
+    }
+
+    /// Attaches `value` to the schema, replacing what was attached before: every
+    /// snapshot of the database hands it out by reference
+    /// ([`Snapshot::attached`](super::Snapshot::attached)). Meant for the typed
+    /// handles a layer above keeps (its tables and indexes), so that a snapshot need not
+    /// carry a copy of them.
+    ///
+    /// ```
+    /// use schedstate_engine::{Db, Key, Schema, Table};
+    /// let mut schema = Schema::new();
+    /// let kv = schema.table("kv", |r: &(String, u64)| Key::str(&r.0)).unwrap();
+    /// schema.attach(kv);
+    /// let db = Db::new(schema);
+    /// let snap = db.snapshot();
+    /// let handle: &Table<(String, u64)> = snap.attached().unwrap();
+    /// assert!(snap.view().get(*handle, &Key::str("a")).is_none());
+    /// ```
+    pub fn attach<T: Any + Send + Sync>(&mut self, value: T) {
+        self.attached = Some(Box::new(value));
+    }
+
+    /// The attached value, if it is a `T`.
+    #[inline]
+    pub(crate) fn attached<T: Any>(&self) -> Option<&T> {
+        self.attached.as_deref()?.downcast_ref()
     }
 
     /// Declares a table of rows of type `V`, keyed by `primary(row)`.

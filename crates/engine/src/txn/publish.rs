@@ -2,9 +2,11 @@
 //! of each version fired, in order, from its changes.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use super::Change;
 use crate::database::Shared;
+use crate::last_seen::next_uid;
 use crate::registry::Registry;
 use crate::root::Root;
 use crate::schema::{Schema, TableId};
@@ -42,6 +44,9 @@ impl Shared {
         }
         if let Some(root) = newest {
             superseded.push(self.current.swap(root));
+            // After the swap: a thread that reads this number loads the new version
+            // or a newer one (`last_seen.rs`).
+            self.current_uid.store(next_uid(), Ordering::Release);
         }
         drop(staged);
         if let Some(root) = superseded.first() {
