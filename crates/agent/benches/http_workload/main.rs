@@ -25,9 +25,9 @@
 //!    nodes`, a client's fingerprint update). Commits/s and the latency of
 //!    acknowledged writes; the leader's commands per log entry over the window (from
 //!    its `/v1/metrics`) and the CPU (agents and this process) per commit.
-//! 3b. **reads** (`-reads N`): N consistent point reads one at a time through a
+//! 4. **reads** (`-reads N`): N consistent point reads one at a time through a
 //!    follower, then N on the leader (`reads.rs`).
-//! 4. **waiters**: one blocking query per node, `GET /v1/node/<id>/allocations?index=
+//! 5. **waiters**: one blocking query per node, `GET /v1/node/<id>/allocations?index=
 //!    <its current index>&wait=5m`, for `-waiters` nodes at once (as each Nomad client
 //!    watches its own allocations), all on the leader (consistent reads; the default)
 //!    or, with `-waiters-stale`, spread over the three agents with `?stale` (what
@@ -41,7 +41,7 @@
 //!    `/v1/metrics` (asserted ≥ the waiters opened, less 1 %), and each agent's
 //!    VmRSS/VmHWM before the waiters, with them open, after the writes and after they
 //!    closed.
-//! 5. **durability** (`-durability`): at the preloaded size, point-read and node-write
+//! 6. **durability** (`-durability`): at the preloaded size, point-read and node-write
 //!    latency one at a time (`-probe` each), then writes until every agent built a
 //!    snapshot and purged its log (snapshot size, build time, log before and after,
 //!    the largest data directory against the snapshot), a follower restarted, and the
@@ -61,7 +61,7 @@
 //! Layout: `cluster` (the binary, the agent processes, leader and gauges), `system`
 //! (/proc: memory, descriptors, CPU; the descriptor limit), `report` (the table and
 //! JSON, percentiles), and the phases in the order they run: `preload`, `writes`,
-//! `waiters`.
+//! `reads`, `waiters`, `durability`.
 
 #[path = "../../../../benches/workload/dataset.rs"]
 #[allow(dead_code)]
