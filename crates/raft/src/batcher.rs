@@ -12,8 +12,18 @@
 //! with whatever had queued during the round, and the proposers answered just then
 //! missed it: clients that write again as soon as they are answered split into two
 //! groups taking turns, each waiting two rounds per write.
+//!
+//! Proposers that come back from further away — an HTTP client, whose next write
+//! crosses the network, TLS and the agent's request path after its answer — are not
+//! back within those turns either. So the next entry also waits, for at most
+//! [`GATHER_WAIT`], until as many proposals are queued as there were writers when
+//! the last entry was answered (its proposers and those that missed it). A lone
+//! writer's demand is one, which the proposal that starts the entry meets: it never
+//! waits. A writer that does not come back costs one entry that wait, after which
+//! the demand counts it no more.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use openraft::Raft;
 use schedstate::state::Command;
@@ -54,6 +64,12 @@ const IN_FLIGHT: usize = 1;
 /// when nothing else is runnable.
 const YIELDS_BEFORE_NEXT_ENTRY: usize = 2;
 
+/// The longest the next entry waits for the writers of the last one to come back
+/// (tokio's timers tick in milliseconds: this waits one to two). Measured with
+/// `http_workload` (three agents over HTTPS, 16 and 64 clients): see BENCHMARKS.md,
+/// "The HTTP path, per stage".
+const GATHER_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
+
 type Reply = oneshot::Sender<Result<Committed, ProposeError>>;
 
 /// A queued proposal: the command, its write key, its encoded size, where its answer
@@ -72,6 +88,8 @@ fn encoded_size(command: &Command) -> usize {
 /// The queue in front of a server's Raft.
 pub(crate) struct Batcher {
     tx: mpsc::UnboundedSender<Queued>,
+    /// Proposals queued and not yet taken into an entry.
+    queued: Arc<AtomicUsize>,
     /// Read by each entry while it is proposed; written by a leadership transfer,
     /// which holds new entries back (`transfer.rs`).
     gate: Arc<tokio::sync::RwLock<()>>,
@@ -82,8 +100,9 @@ impl Batcher {
     pub(crate) fn start(raft: Raft<TypeConfig>) -> Batcher {
         let (tx, rx) = mpsc::unbounded_channel();
         let gate = Arc::new(tokio::sync::RwLock::new(()));
-        tokio::spawn(run(raft, rx, gate.clone()));
-        Batcher { tx, gate }
+        let queued = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(raft, rx, gate.clone(), queued.clone()));
+        Batcher { tx, queued, gate }
     }
 
     /// Holds new entries back until the guard is dropped, once the entry in flight
@@ -108,6 +127,7 @@ impl Batcher {
             });
         }
         let (reply, answer) = oneshot::channel();
+        self.queued.fetch_add(1, Ordering::Relaxed);
         self.tx
             .send((Arc::new(command), key, size, reply))
             .map_err(|_| ProposeError::Stopped)?;
@@ -119,8 +139,12 @@ async fn run(
     raft: Raft<TypeConfig>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
     gate: Arc<tokio::sync::RwLock<()>>,
+    queued: Arc<AtomicUsize>,
 ) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    // The writers when the last entry was answered: its proposers and the proposals
+    // queued then (set by the entry's task, read when the next entry is taken).
+    let demand = Arc::new(AtomicUsize::new(0));
     // A proposal that did not fit the previous entry starts the next one.
     let mut carried: Option<Queued> = None;
     loop {
@@ -135,7 +159,8 @@ async fn run(
             return;
         };
         // Everything that queued while the slot was taken joins this entry, up to the
-        // entry's command and byte limits.
+        // entry's command and byte limits; then, for a short while, the last entry's
+        // writers still on their way back (see the module docs).
         let mut bytes = first.2;
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -151,6 +176,27 @@ async fn run(
                 Err(_) => break,
             }
         }
+        let target = demand.load(Ordering::Relaxed).min(MAX_BATCH);
+        if carried.is_none() && batch.len() < target {
+            let until = tokio::time::Instant::now() + GATHER_WAIT;
+            while batch.len() < target {
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(more)) if bytes.saturating_add(more.2) > MAX_ENTRY_BYTES => {
+                        carried = Some(more);
+                        break;
+                    }
+                    Ok(Some(more)) => {
+                        bytes += more.2;
+                        batch.push(more);
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+        // A carried proposal stays counted as queued: it starts the next entry.
+        queued.fetch_sub(batch.len(), Ordering::Relaxed);
+        let writers = batch.len();
+        let (queued, demand) = (queued.clone(), demand.clone());
         let raft = raft.clone();
         let open = gate.clone().read_owned().await;
         tokio::spawn(async move {
@@ -174,6 +220,12 @@ async fn run(
                 })
                 .await;
             drop(open);
+            // Read before anyone is answered: what is queued now missed this entry,
+            // and none of its own proposers can have written again yet (one that
+            // did would count twice and make the next entry wait for a writer that
+            // does not exist).
+            let missed = queued.load(Ordering::Relaxed);
+            demand.store(writers + missed, Ordering::Relaxed);
             match outcome {
                 Ok(resp) => {
                     let index = resp.log_id.index;

@@ -8,7 +8,7 @@
 //!     [-clients 1,16,64] [-secs 5] [-warmup 0.5] [-write allocs|nodes]
 //!     [-waiters 10000] [-waiters-stale] [-rate 200] [-waiter-secs 10]
 //!     [-nodes 10000] [-allocs-per-node 4] [-batch 100] [-seed 42] [-bin PATH]
-//!     [-durability] [-probe 2000] [-pace 0] [-volumes 0]
+//!     [-durability] [-probe 2000] [-pace 0] [-volumes 0] [-reads 0]
 //! ```
 //!
 //! Phases:
@@ -23,8 +23,11 @@
 //!    one new allocation on a random node (`-write allocs`, a scheduler's placement) or
 //!    `UpsertNode` of a random node with one fingerprint's health flipped (`-write
 //!    nodes`, a client's fingerprint update). Commits/s and the latency of
-//!    acknowledged writes.
-//! 4. **waiters**: one blocking query per node, `GET /v1/node/<id>/allocations?index=
+//!    acknowledged writes; the leader's commands per log entry over the window (from
+//!    its `/v1/metrics`) and the CPU (agents and this process) per commit.
+//! 4. **reads** (`-reads N`): N consistent point reads one at a time through a
+//!    follower, then N on the leader (`reads.rs`).
+//! 5. **waiters**: one blocking query per node, `GET /v1/node/<id>/allocations?index=
 //!    <its current index>&wait=5m`, for `-waiters` nodes at once (as each Nomad client
 //!    watches its own allocations), all on the leader (consistent reads; the default)
 //!    or, with `-waiters-stale`, spread over the three agents with `?stale` (what
@@ -38,7 +41,7 @@
 //!    `/v1/metrics` (asserted ≥ the waiters opened, less 1 %), and each agent's
 //!    VmRSS/VmHWM before the waiters, with them open, after the writes and after they
 //!    closed.
-//! 5. **durability** (`-durability`): at the preloaded size, point-read and node-write
+//! 6. **durability** (`-durability`): at the preloaded size, point-read and node-write
 //!    latency one at a time (`-probe` each), then writes until every agent built a
 //!    snapshot and purged its log (snapshot size, build time, log before and after,
 //!    the largest data directory against the snapshot), a follower restarted, and the
@@ -58,7 +61,7 @@
 //! Layout: `cluster` (the binary, the agent processes, leader and gauges), `system`
 //! (/proc: memory, descriptors, CPU; the descriptor limit), `report` (the table and
 //! JSON, percentiles), and the phases in the order they run: `preload`, `writes`,
-//! `waiters`.
+//! `reads`, `waiters`, `durability`.
 
 #[path = "../../../../benches/workload/dataset.rs"]
 #[allow(dead_code)]
@@ -70,6 +73,7 @@ mod splitmix;
 mod cluster;
 mod durability;
 mod preload;
+mod reads;
 mod report;
 mod system;
 mod waiters;
@@ -117,6 +121,8 @@ struct Flags {
     pace: usize,
     /// Preload: CSI volumes registered after the nodes, on the dataset's plugins.
     volumes: usize,
+    /// Consistent point reads through a follower (and on the leader); 0: none.
+    reads: usize,
 }
 
 fn usage() -> &'static str {
@@ -126,6 +132,7 @@ fn usage() -> &'static str {
      -durability (snapshot, compaction, restart, wiped follower) -probe N \
      -pace B (preload: wait for every agent every B batches) \
      -volumes N (preload: CSI volumes on the plugins, after the nodes) \
+     -reads N (consistent point reads through a follower, then the leader) \
      -security tls|acl|dev (default tls: TLS, cluster key and ACL, as deployed)"
 }
 
@@ -157,6 +164,7 @@ fn parse_flags() -> Flags {
         probe: 2_000,
         pace: 0,
         volumes: 0,
+        reads: 0,
     };
     if quick {
         // A smaller dataset and shorter phases; flags still override these.
@@ -204,6 +212,7 @@ fn parse_flags() -> Flags {
             "probe" => f.probe = value.parse().unwrap_or_else(|_| bad("N")),
             "pace" => f.pace = value.parse().unwrap_or_else(|_| bad("BATCHES")),
             "volumes" => f.volumes = value.parse().unwrap_or_else(|_| bad("N")),
+            "reads" => f.reads = value.parse().unwrap_or_else(|_| bad("N")),
             "security" => {
                 f.security = match value.as_str() {
                     "tls" => Security::Tls,
@@ -313,6 +322,7 @@ async fn run(f: Flags) {
             "waiter_secs": f.waiter_secs,
             "quick": f.quick,
             "security": f.security.name(),
+            "reads": f.reads,
         }),
     );
 
@@ -348,6 +358,11 @@ async fn run(f: Flags) {
 
     // ---- writes ----
     writes::run_writes(&f, &mut out, &cluster.clients[li], &work, &pids).await;
+
+    // ---- reads ----
+    if f.reads > 0 {
+        reads::run_reads(&f, &mut out, &cluster, li, &work).await;
+    }
 
     // ---- waiters ----
     if f.waiters > 0 {

@@ -13,6 +13,7 @@ use schedstate_agent::Client;
 use serde_json::{Value, json};
 
 use crate::Flags;
+use crate::cluster::gauge;
 use crate::dataset::Dataset;
 use crate::report::{Out, latency_json, num, signed_ns};
 use crate::splitmix::SplitMix64;
@@ -148,6 +149,16 @@ async fn writer(
     (samples, errors)
 }
 
+/// The leader's (log entries applied, commands accepted) so far, from its metrics;
+/// `None` if they cannot be read.
+async fn applied(leader: &Client) -> Option<(f64, f64)> {
+    let text = leader.metrics().await.ok()?;
+    Some((
+        gauge(&text, "schedstate_entries_applied_total")?,
+        gauge(&text, "schedstate_commands_accepted_total")?,
+    ))
+}
+
 /// Runs the write phase for each `-clients` count, a row each in the table and in
 /// the JSON's `writes`.
 pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Work>, pids: &[u32]) {
@@ -162,8 +173,17 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
             }
         ));
         out.line(format!(
-            "  {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}  {:>15}",
-            "clients", "commits/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "errors", "cores a/b/f"
+            "  {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}  {:>15} {:>7} {:>9}",
+            "clients",
+            "commits/s",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "cores a/b/f",
+            "cmd/ent",
+            "cpu µs/c"
         ));
     }
     for (p, &c) in f.clients.iter().enumerate() {
@@ -181,12 +201,14 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
             })
             .collect();
         tokio::time::sleep(Duration::from_secs_f64(f.warmup)).await;
+        let before = applied(leader).await;
         let cpu = CpuMark::new(pids);
         let from = Instant::now();
         let to = from + Duration::from_secs_f64(f.secs);
         *window.lock() = Some((from, to));
         tokio::time::sleep_until(to.into()).await;
         let cpu_json = cpu.json(pids);
+        let after = applied(leader).await;
         stop.store(true, Ordering::Relaxed);
         let mut samples = Vec::new();
         let mut errors = 0;
@@ -198,8 +220,18 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
         let n = samples.len();
         let lat = latency_json(&mut samples);
         let rate = (n as f64 / f.secs).round();
+        // Commands per entry: how well the leader batched what arrived together (the
+        // whole window's, refused no-ops left out).
+        let per_entry = match (before, after) {
+            (Some((e0, c0)), Some((e1, c1))) if e1 > e0 => (c1 - c0) / (e1 - e0),
+            _ => 0.0,
+        };
+        // What one commit cost the machine: the agents' CPU and this process's (the
+        // clients'), both on the same cores.
+        let cores = num(&cpu_json, "agents_cores") + num(&cpu_json, "bench_cores");
+        let cpu_us = if rate > 0.0 { cores * 1e6 / rate } else { 0.0 };
         out.line(format!(
-            "  {c:>7} {rate:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>6}  {:>15}",
+            "  {c:>7} {rate:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>6}  {:>15} {per_entry:>7.1} {cpu_us:>9.0}",
             num(&lat, "p50_ms"),
             num(&lat, "p90_ms"),
             num(&lat, "p99_ms"),
@@ -213,6 +245,8 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
             "latency": lat,
             "errors": errors,
             "cpu": cpu_json,
+            "commands_per_entry": per_entry,
+            "cpu_us_per_commit": cpu_us.round(),
         }));
     }
     out.put("writes", Value::Array(write_rows));
