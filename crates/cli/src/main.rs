@@ -7,7 +7,7 @@ use schedstate_cli::{Cli, Handoff, Top};
 
 /// The binary's allocator: the demo's writes copy and free paths of kilobyte tree
 /// nodes; mimalloc's per-thread free lists are cheaper there than glibc's
-/// (BENCHMARKS.md, "mimalloc in the binary"). Built without its transparent-huge-page
+/// (docs/benchmarks-journal.md, "mimalloc in the binary"). Built without its transparent-huge-page
 /// advice (`no_thp`), which doubled a small process's resident set. The libraries
 /// leave the choice to the application that links them.
 #[global_allocator]

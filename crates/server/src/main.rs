@@ -31,7 +31,7 @@ use schedstate_cli::{RemoteReads, ServerHalf, StoreCommand};
 /// The binary's allocator. A replicated server's writes copy and free paths of
 /// kilobyte tree nodes from several threads at once; mimalloc's per-thread free lists
 /// take 18–30 % off the CPU per commit of the glibc allocator in `raft_workload`
-/// (BENCHMARKS.md, "mimalloc in the binary"). Built without its transparent-huge-page
+/// (docs/benchmarks-journal.md, "mimalloc in the binary"). Built without its transparent-huge-page
 /// advice (`no_thp`), which doubled a small server's resident set. The libraries leave
 /// the choice to the application that links them.
 #[global_allocator]
