@@ -15,6 +15,7 @@ use schedstate_cli::output::{CliError, err};
 
 use crate::operator_cmd::AgentArgs;
 use crate::remote::agent_error;
+use crate::remote::command_runtime;
 
 /// `acl`.
 #[derive(Debug, Subcommand)]
@@ -130,10 +131,7 @@ fn show(t: &AclTokenView, output: Option<&Path>) -> Result<(), CliError> {
 
 /// `acl`.
 pub fn run(command: AclCmd) -> Result<(), CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| err(format!("no runtime: {e}")))?;
+    let runtime = command_runtime()?;
     runtime.block_on(async move {
         match command {
             AclCmd::Bootstrap {

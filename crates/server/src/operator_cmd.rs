@@ -18,7 +18,7 @@ use schedstate_agent::api::{PeerChange, PeerChangeDone};
 use schedstate_cli::connect::Credentials;
 use schedstate_cli::output::{CliError, err};
 
-use crate::remote::agent_error;
+use crate::remote::{agent_error, command_runtime};
 
 /// `operator`.
 #[derive(Debug, Subcommand)]
@@ -124,10 +124,7 @@ pub fn run(command: OperatorCmd) -> Result<(), CliError> {
         OperatorCmd::Raft { command } => command,
         OperatorCmd::Snapshot { command } => return snapshot(command),
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| err(format!("no runtime: {e}")))?;
+    let runtime = command_runtime()?;
     runtime.block_on(async move {
         match command {
             RaftCmd::ListPeers(a) => {
@@ -195,10 +192,7 @@ async fn change(a: &AgentArgs, change: PeerChange) -> Result<PeerChangeDone, Cli
 
 /// `operator snapshot save|restore`.
 fn snapshot(command: SnapshotCmd) -> Result<(), CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| err(format!("no runtime: {e}")))?;
+    let runtime = command_runtime()?;
     runtime.block_on(async move {
         match command {
             SnapshotCmd::Save { file, agent } => {

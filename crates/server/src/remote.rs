@@ -34,6 +34,14 @@ pub fn agent_error(address: &str, e: &ClientError) -> CliError {
     err(one_line(&format!("agent {address}: {what}")))
 }
 
+/// The current-thread runtime a remote command's calls run on.
+pub fn command_runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| err(format!("no runtime: {e}")))
+}
+
 impl AgentReads {
     /// Reads from the agent `client` talks to (no request is made yet).
     pub fn new(client: Client) -> Result<AgentReads, CliError> {
