@@ -16,7 +16,7 @@
 //!   `save_vote` returns.
 //! - the **committed** log id openraft reports (`save_committed`) is written by the
 //!   flusher thread to its own small file (`committed.rs`), clamped to what the log
-//!   has made durable; a restart reads it back (`read_committed`) and openraft
+//!   has made durable, after its next fsync or once the log has been quiet for 20 ms; a restart reads it back (`read_committed`) and openraft
 //!   re-applies the committed entries after the snapshot before the server serves,
 //!   with or without a leader.
 //!
@@ -50,7 +50,7 @@ use schedstate::persist::{DirLock, PersistError};
 use crate::committed::CommittedFile;
 use crate::log_format::{RAFT_LOG_FORMAT, RaftMeta, RaftRecord, meta_path, segment_name};
 use crate::{Entry, NodeId, TypeConfig};
-use flusher::{Committed, FlushMsg};
+use flusher::{Committed, FlushRequest};
 
 /// How the log is kept on disk.
 #[derive(Debug, Clone, Copy)]
@@ -118,7 +118,7 @@ struct Shared {
     dir: PathBuf,
     options: LogOptions,
     log: Mutex<Log>,
-    flusher: Mutex<Option<mpsc::Sender<FlushMsg>>>,
+    flusher: Mutex<Option<mpsc::Sender<FlushRequest>>>,
     /// The committed pointer: what openraft last reported, what the log had made
     /// durable at its last fsync. `save_committed` (on Raft's task) only sets a field.
     committed: Mutex<Committed>,
@@ -180,6 +180,8 @@ impl LogStore {
         log.poisoned.get_or_insert_with(|| "closed".into());
         drop(log);
         self.flush_barrier();
+        // What openraft reported since the flusher last wrote the pointer.
+        self.shared.record_committed();
         self.lock.lock().take();
     }
 
@@ -385,19 +387,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.shared.log.lock().meta.vote())
     }
 
-    /// Remembers the committed log id; the flusher thread writes it out once the log
-    /// has made it durable. Never waits for the disk.
+    /// Remembers the committed log id; the flusher thread writes it out after its next
+    /// fsync, or when the log has gone quiet (`flusher.rs`). Never waits for the
+    /// disk, and wakes no thread.
     async fn save_committed(
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        let Some(committed) = committed else {
-            return Ok(());
-        };
-        self.shared.committed.lock().reported = Some(committed);
-        if let Some(tx) = self.shared.flusher.lock().as_ref() {
-            // A stopped flusher only means the pointer stays where it was.
-            let _ = tx.send(FlushMsg::Committed);
+        if let Some(committed) = committed {
+            self.shared.committed.lock().reported = Some(committed);
         }
         Ok(())
     }
@@ -423,9 +421,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         match sender {
             Some(tx) => {
                 self.shared.flushes.lock().0 += 1;
-                if let Err(mpsc::SendError(FlushMsg::Flush(cb))) =
-                    tx.send(FlushMsg::Flush(callback))
-                {
+                if let Err(mpsc::SendError(cb)) = tx.send(callback) {
                     self.shared.flushes.lock().1 += 1;
                     cb.log_io_completed(Err(std::io::Error::other("the raft log flusher stopped")));
                 }
@@ -539,6 +535,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             tracing::warn!(error = %e, "raft log: removing purged segments failed");
         }
         Ok(())
+    }
+}
+
+impl Drop for LogStore {
+    /// The last handle, dropped without [`LogStore::close`], writes the pointer as
+    /// `close` does, while it still holds the directory's lock. (Two last handles
+    /// dropped at once may both skip it: the pointer is an optimisation of restarts.)
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.lock) == 1 && self.lock.lock().is_some() {
+            self.shared.record_committed();
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex};
 use schedstate::persist::segment::{SegmentWriter, create_dir_all, remove_file_durably};
 use schedstate::persist::{DirLock, PersistError};
 
-use super::flusher::{Committed, FlushMsg, flush_loop};
+use super::flusher::{Committed, FlushRequest, flush_loop};
 use super::{Log, LogOpenReport, LogOptions, LogStore, Shared, Slot};
 use crate::committed::{self, CommittedFile};
 use crate::log_format::{RAFT_LOG_FORMAT, RAFT_LOG_VERSION, RaftMeta, segment_name};
@@ -130,7 +130,7 @@ impl LogStore {
                 None
             }
         });
-        let (tx, rx) = mpsc::channel::<FlushMsg>();
+        let (tx, rx) = mpsc::channel::<FlushRequest>();
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             options,

@@ -174,6 +174,46 @@ async fn the_committed_pointer_survives_a_reopen_and_never_names_more_than_the_l
     assert_eq!(log.read_committed().await.unwrap(), None);
 }
 
+/// The index the pointer file in `dir` names, if it holds one.
+fn pointer_index(dir: &std::path::Path) -> Option<u64> {
+    let bytes = std::fs::read(dir.join("raft-committed")).ok()?;
+    Some(u64::from_le_bytes(bytes.get(24..32)?.try_into().ok()?))
+}
+
+#[tokio::test]
+async fn a_commit_reported_after_the_last_fsync_reaches_the_pointer_once_the_log_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    log.blocking_append((0..10).map(entry)).await.unwrap();
+    // Reported after the fsync that made it durable, and no append follows: the
+    // flusher writes it on its own once the log has been quiet (20 ms), with the
+    // handle still open.
+    log.save_committed(Some(id(9))).await.unwrap();
+    let start = std::time::Instant::now();
+    while pointer_index(dir.path()) != Some(9) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "the pointer stayed at {:?}",
+            pointer_index(dir.path())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
+    // Reported and the last handle dropped at once: the drop writes it.
+    log.blocking_append([entry(10)]).await.unwrap();
+    log.save_committed(Some(id(10))).await.unwrap();
+    drop(log);
+    assert_eq!(pointer_index(dir.path()), Some(10));
+    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
+    assert_eq!(log.read_committed().await.unwrap(), Some(id(10)));
+
+    // And `close` writes it too.
+    log.blocking_append([entry(11)]).await.unwrap();
+    log.save_committed(Some(id(11))).await.unwrap();
+    log.close();
+    assert_eq!(pointer_index(dir.path()), Some(11));
+}
+
 #[tokio::test]
 async fn a_pointer_behind_the_purge_point_is_left_to_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
