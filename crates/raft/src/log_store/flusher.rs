@@ -77,29 +77,9 @@ pub(super) fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<F
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let (handle, last) = {
-            let log = shared.log.lock();
-            let last = log.entries.back().map(|e| e.log_id);
-            let handle = match &log.poisoned {
-                Some(why) => Err(std::io::Error::other(format!(
-                    "the raft log is poisoned: {why}"
-                ))),
-                None => log.writer.sync_handle().map_err(std::io::Error::other),
-            };
-            (handle, last)
-        };
-        let result = handle.and_then(|(file, path)| {
-            segment::sync_file(&file, &path).map_err(std::io::Error::other)
-        });
-        shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-        match &result {
-            Err(e) => shared.log.lock().poisoned = Some(e.to_string()),
-            Ok(()) => {
-                // Everything written before the fsync began is durable now.
-                shared.committed.lock().durable = last;
-                shared.record_committed();
-                pointer_behind = true;
-            }
+        let result = shared.sync_appended();
+        if result.is_ok() {
+            pointer_behind = true;
         }
         let n = batch.len() as u64;
         for cb in batch {
@@ -115,11 +95,42 @@ pub(super) fn flush_loop(shared: &std::sync::Weak<Shared>, rx: &mpsc::Receiver<F
 }
 
 impl Shared {
-    /// Writes the committed pointer if it moved (the flusher thread, and `close` or
-    /// the last handle's drop).
+    /// Fsyncs what the log has written, then records it durable and writes the
+    /// committed pointer; a failure poisons the log.
+    pub(super) fn sync_appended(&self) -> std::io::Result<()> {
+        let (handle, last) = {
+            let log = self.log.lock();
+            let last = log.entries.back().map(|e| e.log_id);
+            let handle = match &log.poisoned {
+                Some(why) => Err(std::io::Error::other(format!(
+                    "the raft log is poisoned: {why}"
+                ))),
+                None => log.writer.sync_handle().map_err(std::io::Error::other),
+            };
+            (handle, last)
+        };
+        let result = handle.and_then(|(file, path)| {
+            segment::sync_file(&file, &path).map_err(std::io::Error::other)
+        });
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        match &result {
+            Err(e) => self.log.lock().poisoned = Some(e.to_string()),
+            Ok(()) => {
+                // Everything written before the fsync began is durable now.
+                self.committed.lock().durable = last;
+                self.record_committed();
+            }
+        }
+        result
+    }
+
+    /// Writes the committed pointer if it moved. Called from the flusher thread, from
+    /// appends and `save_committed` on Raft's task, and from `close` or the last
+    /// handle's drop: `committed` stays locked through the write, so a pointer
+    /// computed earlier is never written over a newer one.
     pub(super) fn record_committed(&self) {
-        let id = self.committed.lock().durable_committed();
-        if let Some(id) = id {
+        let committed = self.committed.lock();
+        if let Some(id) = committed.durable_committed() {
             self.committed_file.lock().write(id);
         }
     }
