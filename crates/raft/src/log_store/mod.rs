@@ -389,7 +389,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     /// Remembers the committed log id and, where appends fsync on the calling thread
-    /// ([`fsync_on_this_thread`]), writes the pointer at once (a 36-byte write, no
+    /// (`fsync_on_this_thread`), writes the pointer at once (a 36-byte write, no
     /// fsync); elsewhere the flusher thread writes it after its next fsync, or when the
     /// log has gone quiet (`flusher.rs`). Never waits for the disk, and wakes no
     /// thread.
