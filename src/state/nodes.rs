@@ -9,13 +9,20 @@ use crate::model::{Id, Node, NodeStatus};
 use super::error::{Result, StateError};
 use super::expectations::node_eligibility_changed;
 use super::shared_ids::{SharedIds, reuse_node_parts, share_fingerprint_strings};
-use super::tables::InstanceKind;
+use super::tables::{InstanceKind, PluginInstance};
 use super::writer::Writer;
 
 /// Replaces node `n` and derives its plugin instances (docs/rules.md §4.1).
 pub(crate) fn upsert_node(w: &mut Writer, node: Node) -> Result<()> {
-    let allocs = FingerprintAllocs::look_up(w, std::slice::from_ref(&node));
-    let row = upsert_one(w, node, None, &mut SharedIds::default(), &allocs)?;
+    let stored = w.txn.view().get(w.t.nodes, Key::str(&node.id).as_bytes());
+    let allocs = FingerprintAllocs::look_up(w, [(&node, stored.as_deref())]);
+    let row = upsert_one(
+        w,
+        node,
+        stored.as_deref(),
+        &mut SharedIds::default(),
+        &allocs,
+    )?;
     w.txn.insert(w.t.nodes, row)?;
     w.flush_plugins()
 }
@@ -28,12 +35,23 @@ pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
     // An empty batch, an empty id and misfiled fingerprints are input rules
     // (`input.rs`), checked before any of this runs.
     let mut descriptions = SharedIds::default();
-    let allocs = FingerprintAllocs::look_up(w, &nodes);
+    // The stored rows, looked up together (their lookups descend the nodes' tree
+    // side by side, `View::get_many`).
+    let keys: Vec<Key> = nodes.iter().map(|n| Key::str(&n.id)).collect();
+    let mut stored: Vec<Option<Arc<Node>>> = Vec::with_capacity(nodes.len());
+    w.txn
+        .view()
+        .get_many(w.t.nodes, &keys, |_, row| stored.push(row));
+    let allocs =
+        FingerprintAllocs::look_up(w, nodes.iter().zip(stored.iter().map(Option::as_deref)));
     let mut rows: Vec<Arc<Node>> = Vec::with_capacity(nodes.len());
     let mut earlier: HashMap<Id, usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(nodes.len(), Default::default());
-    for node in nodes {
-        let before = earlier.get(&node.id).map(|&i| Arc::clone(&rows[i]));
+    for (node, stored) in nodes.into_iter().zip(stored) {
+        let before = match earlier.get(&node.id) {
+            Some(&i) => Some(Arc::clone(&rows[i])),
+            None => stored,
+        };
         let row = upsert_one(w, node, before.as_deref(), &mut descriptions, &allocs)?;
         earlier.insert(row.id.clone(), rows.len());
         rows.push(row);
@@ -46,23 +64,44 @@ pub(crate) fn upsert_nodes(w: &mut Writer, nodes: Vec<Node>) -> Result<()> {
 /// together before any node is derived (their lookups descend the allocations' tree
 /// side by side, `View::get_many`): a fingerprint's allocation id points at the
 /// row's copy (`shared_ids.rs`). Node writes do not change the allocations table.
+///
+/// An id the node's stored fingerprint of the same plugin and kind already names is
+/// not looked up: the fingerprint takes the stored fingerprint's copy, which is the
+/// allocation row's unless the allocation was placed after that report. A node that
+/// reports again mostly names the same allocations, and these lookups (random reads
+/// of a large table) were the node upsert's largest cost after the plugin entries.
 struct FingerprintAllocs {
     /// (the id a fingerprint names, the row's copy of it), sorted.
     found: Vec<(Id, Id)>,
 }
 
 impl FingerprintAllocs {
-    fn look_up(w: &Writer, nodes: &[Node]) -> FingerprintAllocs {
-        let mut named: Vec<&Id> = nodes
-            .iter()
-            .flat_map(|n| {
-                n.csi_controller_plugins
-                    .values()
-                    .chain(n.csi_node_plugins.values())
-            })
-            .map(|info| &info.alloc_id)
-            .filter(|id| !id.is_empty())
-            .collect();
+    /// The allocations `nodes` name (each with its stored row, if any) that their
+    /// stored rows do not.
+    fn look_up<'n>(
+        w: &Writer,
+        nodes: impl IntoIterator<Item = (&'n Node, Option<&'n Node>)>,
+    ) -> FingerprintAllocs {
+        let mut named: Vec<&Id> = Vec::new();
+        for (node, stored) in nodes {
+            let maps = [
+                (
+                    &node.csi_controller_plugins,
+                    stored.map(|s| &s.csi_controller_plugins),
+                ),
+                (&node.csi_node_plugins, stored.map(|s| &s.csi_node_plugins)),
+            ];
+            for (map, stored_map) in maps {
+                for info in map.values() {
+                    let known = stored_map
+                        .and_then(|m| m.get(&info.plugin_id))
+                        .is_some_and(|s| s.alloc_id == info.alloc_id);
+                    if !info.alloc_id.is_empty() && !known {
+                        named.push(&info.alloc_id);
+                    }
+                }
+            }
+        }
         named.sort_unstable();
         named.dedup();
         let keys: Vec<Key> = named.iter().map(|id| Key::str(id)).collect();
@@ -75,7 +114,8 @@ impl FingerprintAllocs {
         FingerprintAllocs { found }
     }
 
-    /// The row's copy of allocation id `id`, if the allocation exists.
+    /// The row's copy of allocation id `id`, if the allocation exists and was looked
+    /// up.
     fn get(&self, id: &str) -> Option<&Id> {
         let i = self
             .found
@@ -86,20 +126,16 @@ impl FingerprintAllocs {
 }
 
 /// The node row and its plugin entries, not yet stored; plugins stay in the writer
-/// until flushed. `before_in_command`: this command's earlier row of the same id.
+/// until flushed. `existing`: the row this one replaces (this command's earlier row
+/// of the same id, else the stored one).
 fn upsert_one(
     w: &mut Writer,
     mut node: Node,
-    before_in_command: Option<&Node>,
+    existing: Option<&Node>,
     descriptions: &mut SharedIds,
     allocs: &FingerprintAllocs,
 ) -> Result<Arc<Node>> {
-    // Borrowed: only the create index is needed, not a counted reference.
     let view = w.txn.view();
-    let existing = match before_in_command {
-        Some(row) => Some(row),
-        None => view.get_value(w.t.nodes, &Key::str(&node.id)),
-    };
     node.create_index = existing.map_or(w.index, |n| n.create_index);
     let was_eligible = existing.is_some_and(|n| n.eligible);
     if let Some(old) = existing {
@@ -131,14 +167,34 @@ fn upsert_one(
     for info in node.csi_node_plugins.values() {
         w.apply_fingerprint(&node.id, InstanceKind::Node, info)?;
     }
-    // The removal sweep, per kind: instances this node no longer reports.
-    for inst in w.instances_on_node(&node.id) {
-        let still_reported = match inst.kind {
-            InstanceKind::Controller => node.csi_controller_plugins.contains_key(&inst.plugin_id),
-            InstanceKind::Node => node.csi_node_plugins.contains_key(&inst.plugin_id),
-        };
-        if !still_reported {
-            w.remove_entry(inst.kind, &inst.plugin_id, &node.id)?;
+    // The removal sweep, per kind: instances this node no longer reports. A node's
+    // instances are always among the plugins its row lists in the map of their kind
+    // (`entries-follow-fingerprints`, checked of every restored state), so when the
+    // new row lists every plugin the one it replaces did, there is nothing to sweep.
+    let reports_all_it_did = existing.is_none_or(|old| {
+        old.csi_controller_plugins
+            .keys()
+            .all(|id| node.csi_controller_plugins.contains_key(id))
+            && old
+                .csi_node_plugins
+                .keys()
+                .all(|id| node.csi_node_plugins.contains_key(id))
+    });
+    let gone = |inst: &PluginInstance| match inst.kind {
+        InstanceKind::Controller => !node.csi_controller_plugins.contains_key(&inst.plugin_id),
+        InstanceKind::Node => !node.csi_node_plugins.contains_key(&inst.plugin_id),
+    };
+    if reports_all_it_did {
+        debug_assert!(
+            !w.instances_on_node(&node.id).iter().any(|i| gone(i)),
+            "node {}: an instance of a plugin its row did not list",
+            node.id
+        );
+    } else {
+        for inst in w.instances_on_node(&node.id) {
+            if gone(&inst) {
+                w.remove_entry(inst.kind, &inst.plugin_id, &node.id)?;
+            }
         }
     }
     Ok(node)

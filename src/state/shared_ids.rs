@@ -173,7 +173,10 @@ pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
 /// instance id for every plugin of the node).
 ///
 /// Its allocation id points at the allocation row's (`alloc_row` gives it): a
-/// scheduler places the plugin's allocation before the node reports it.
+/// scheduler places the plugin's allocation before the node reports it. Where the
+/// stored fingerprint of the same plugin names the same allocation, at that
+/// fingerprint's copy instead (the row's, unless the allocation came after it):
+/// the caller need not look the allocation up.
 ///
 /// A fingerprint that changes is copied first if something else holds it too
 /// (`Arc::make_mut`): applied from the Raft log, a node's fingerprints are shared
@@ -238,10 +241,18 @@ pub(crate) fn share_fingerprint_strings<'p>(
                 instance_ids.share_or(&mut id, |mine| other_copy(mine, &node_id));
                 (!Id::ptr_eq(&id, &n.id)).then_some(id)
             });
+            // The stored fingerprint's copy if it names the same allocation (it was
+            // pointed at the row's when reported), else the row's.
             let alloc_id = if info.alloc_id.is_empty() {
                 None
             } else {
-                alloc_row(&info.alloc_id).and_then(|a| other_copy(&info.alloc_id, a))
+                match stored
+                    .and_then(|s| s.get(&info.plugin_id))
+                    .filter(|s| s.alloc_id == info.alloc_id)
+                {
+                    Some(s) => other_copy(&info.alloc_id, &s.alloc_id),
+                    None => alloc_row(&info.alloc_id).and_then(|a| other_copy(&info.alloc_id, a)),
+                }
             };
             if provider.is_none()
                 && version.is_none()
