@@ -8,7 +8,7 @@ use crate::model::{Id, Node, NodeStatus};
 
 use super::error::{Result, StateError};
 use super::expectations::node_eligibility_changed;
-use super::shared_ids::{SharedIds, reuse_node_parts, share_fingerprint_strings};
+use super::shared_ids::{SharedIds, reuse_node_parts, share_fingerprint_strings, stored_alloc_id};
 use super::tables::{InstanceKind, PluginInstance};
 use super::writer::Writer;
 
@@ -93,10 +93,7 @@ impl FingerprintAllocs {
             ];
             for (map, stored_map) in maps {
                 for info in map.values() {
-                    let known = stored_map
-                        .and_then(|m| m.get(&info.plugin_id))
-                        .is_some_and(|s| s.alloc_id == info.alloc_id);
-                    if !info.alloc_id.is_empty() && !known {
+                    if !info.alloc_id.is_empty() && stored_alloc_id(stored_map, info).is_none() {
                         named.push(&info.alloc_id);
                     }
                 }

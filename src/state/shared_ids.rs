@@ -27,7 +27,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::model::{Allocation, CsiInfo, Id, Node};
+use crate::model::{Allocation, CsiInfo, Fingerprints, Id, Node};
 
 /// The distinct values of one field seen so far in one command.
 #[derive(Default)]
@@ -163,6 +163,19 @@ pub(crate) fn reuse_node_parts(node: &mut Node, old: &Node) {
     }
 }
 
+/// The allocation id of `stored`'s fingerprint of `info`'s plugin, when it names the
+/// same allocation as `info`: its copy is already the allocation row's (unless the
+/// allocation was placed after that report), so the row need not be looked up.
+pub(crate) fn stored_alloc_id<'s>(
+    stored: Option<&'s Fingerprints>,
+    info: &CsiInfo,
+) -> Option<&'s Id> {
+    stored
+        .and_then(|s| s.get(&info.plugin_id))
+        .map(|s| &s.alloc_id)
+        .filter(|id| **id == info.alloc_id)
+}
+
 /// Points the vendor name and version of each of the node's fingerprints at the
 /// copies its plugin's row holds (`plugin_strings` gives them, as the command sees
 /// the plugin so far), where they are equal, its health description at an earlier
@@ -246,11 +259,8 @@ pub(crate) fn share_fingerprint_strings<'p>(
             let alloc_id = if info.alloc_id.is_empty() {
                 None
             } else {
-                match stored
-                    .and_then(|s| s.get(&info.plugin_id))
-                    .filter(|s| s.alloc_id == info.alloc_id)
-                {
-                    Some(s) => other_copy(&info.alloc_id, &s.alloc_id),
+                match stored_alloc_id(stored, info) {
+                    Some(stored_id) => other_copy(&info.alloc_id, stored_id),
                     None => alloc_row(&info.alloc_id).and_then(|a| other_copy(&info.alloc_id, a)),
                 }
             };

@@ -20,9 +20,10 @@
 //!   `save_vote` returns.
 //! - the **committed** log id openraft reports (`save_committed`) is written by the
 //!   flusher thread to its own small file (`committed.rs`), clamped to what the log
-//!   has made durable, after its next fsync or once the log has been quiet for 20 ms; a restart reads it back (`read_committed`) and openraft
-//!   re-applies the committed entries after the snapshot before the server serves,
-//!   with or without a leader.
+//!   has made durable, after its next fsync or once the log has been quiet for
+//!   20 ms; a restart reads it back (`read_committed`) and openraft re-applies the
+//!   committed entries after the snapshot before the server serves, with or without
+//!   a leader.
 //!
 //! The newest entries are also kept in memory, up to a budget of record bytes
 //! ([`LogOptions::cache_bytes`]): replication and apply read recent entries without
