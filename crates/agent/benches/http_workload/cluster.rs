@@ -127,6 +127,8 @@ pub struct Cluster {
     pub addrs: Vec<String>,
     logs: Vec<PathBuf>,
     pub clients: Vec<Client>,
+    /// The token the clients send (the management token once ACL is bootstrapped).
+    token: Option<String>,
 }
 
 impl Cluster {
@@ -152,6 +154,7 @@ impl Cluster {
             addrs: addrs.clone(),
             logs: Vec::new(),
             clients: Vec::new(),
+            token: None,
         };
         if security == Security::Tls {
             let ca = Ca::create("bench CA", 2).expect("CA");
@@ -164,7 +167,7 @@ impl Cluster {
                 write_pem_files(c.root.path(), &format!("server-{i}"), &cert).expect("files");
             }
         }
-        c.clients = c.make_clients(None);
+        c.clients = c.make_clients();
         schedstate_agent::ClusterKey::write_new(&c.root.path().join("cluster.key"))
             .expect("cluster key");
         for i in 0..addrs.len() {
@@ -253,24 +256,31 @@ impl Cluster {
         self.procs[i] = child;
     }
 
-    /// Clients of the three agents, with `token`.
-    fn make_clients(&self, token: Option<&str>) -> Vec<Client> {
-        let tls = (self.security == Security::Tls).then(|| ClientTls {
+    /// Clients of the three agents, with the cluster's token.
+    fn make_clients(&self) -> Vec<Client> {
+        self.addrs.iter().map(|a| self.client_at(a)).collect()
+    }
+
+    /// Whether the agents serve TLS.
+    pub fn tls(&self) -> bool {
+        self.security == Security::Tls
+    }
+
+    /// A client of `addr` (`host:port`) as the agents' clients are made: HTTPS
+    /// checked against the cluster's CA when the agents serve TLS, the token the
+    /// cluster's clients send.
+    pub fn client_at(&self, addr: &str) -> Client {
+        let tls = self.tls().then(|| ClientTls {
             ca_cert: Some(self.root.path().join("ca.pem")),
             client_cert: None,
         });
         let scheme = if tls.is_some() { "https" } else { "http" };
-        self.addrs
-            .iter()
-            .map(|a| {
-                Client::with_tls(
-                    &format!("{scheme}://{a}"),
-                    token.map(str::to_string),
-                    tls.as_ref(),
-                )
-                .expect("client")
-            })
-            .collect()
+        Client::with_tls(
+            &format!("{scheme}://{addr}"),
+            self.token.clone(),
+            tls.as_ref(),
+        )
+        .expect("client")
     }
 
     /// With ACL, bootstraps it through the leader and gives every client the
@@ -283,7 +293,8 @@ impl Cluster {
             .acl_bootstrap(Some(ROOT))
             .await
             .expect("ACL bootstrap");
-        self.clients = self.make_clients(Some(ROOT));
+        self.token = Some(ROOT.to_string());
+        self.clients = self.make_clients();
     }
 
     /// The agents' process ids.

@@ -8,7 +8,7 @@
 //!     [-clients 1,16,64] [-secs 5] [-warmup 0.5] [-write allocs|nodes]
 //!     [-waiters 10000] [-waiters-stale] [-rate 200] [-waiter-secs 10]
 //!     [-nodes 10000] [-allocs-per-node 4] [-batch 100] [-seed 42] [-bin PATH]
-//!     [-durability] [-probe 2000] [-pace 0] [-volumes 0] [-reads 0]
+//!     [-durability] [-probe 2000] [-pace 0] [-volumes 0] [-reads 0] [-floor]
 //! ```
 //!
 //! Phases:
@@ -25,9 +25,11 @@
 //!    nodes`, a client's fingerprint update). Commits/s and the latency of
 //!    acknowledged writes; the leader's commands per log entry over the window (from
 //!    its `/v1/metrics`) and the CPU (agents and this process) per commit.
-//! 4. **reads** (`-reads N`): N consistent point reads one at a time through a
+//! 4. **floor** (`-floor`): the same writers, one client count after another,
+//!    against a server that answers at once (`floor.rs`): what HTTP itself costs.
+//! 5. **reads** (`-reads N`): N consistent point reads one at a time through a
 //!    follower, then N on the leader (`reads.rs`).
-//! 5. **waiters**: one blocking query per node, `GET /v1/node/<id>/allocations?index=
+//! 6. **waiters**: one blocking query per node, `GET /v1/node/<id>/allocations?index=
 //!    <its current index>&wait=5m`, for `-waiters` nodes at once (as each Nomad client
 //!    watches its own allocations), all on the leader (consistent reads; the default)
 //!    or, with `-waiters-stale`, spread over the three agents with `?stale` (what
@@ -41,7 +43,7 @@
 //!    `/v1/metrics` (asserted ≥ the waiters opened, less 1 %), and each agent's
 //!    VmRSS/VmHWM before the waiters, with them open, after the writes and after they
 //!    closed.
-//! 6. **durability** (`-durability`): at the preloaded size, point-read and node-write
+//! 7. **durability** (`-durability`): at the preloaded size, point-read and node-write
 //!    latency one at a time (`-probe` each), then writes until every agent built a
 //!    snapshot and purged its log (snapshot size, build time, log before and after,
 //!    the largest data directory against the snapshot), a follower restarted, and the
@@ -60,7 +62,7 @@
 //!
 //! Layout: `cluster` (the binary, the agent processes, leader and gauges), `system`
 //! (/proc: memory, descriptors, CPU; the descriptor limit), `report` (the table and
-//! JSON, percentiles), and the phases in the order they run: `preload`, `writes`,
+//! JSON, percentiles), and the phases in the order they run: `preload`, `writes`, `floor`,
 //! `reads`, `waiters`, `durability`.
 
 #[path = "../../../../benches/workload/dataset.rs"]
@@ -72,6 +74,7 @@ mod splitmix;
 
 mod cluster;
 mod durability;
+mod floor;
 mod preload;
 mod reads;
 mod report;
@@ -123,6 +126,8 @@ struct Flags {
     volumes: usize,
     /// Consistent point reads through a follower (and on the leader); 0: none.
     reads: usize,
+    /// Run the floor phase (`floor.rs`).
+    floor: bool,
 }
 
 fn usage() -> &'static str {
@@ -133,6 +138,7 @@ fn usage() -> &'static str {
      -pace B (preload: wait for every agent every B batches) \
      -volumes N (preload: CSI volumes on the plugins, after the nodes) \
      -reads N (consistent point reads through a follower, then the leader) \
+     -floor (the same writes to a server that answers at once: HTTP's own cost) \
      -security tls|acl|dev (default tls: TLS, cluster key and ACL, as deployed)"
 }
 
@@ -165,6 +171,7 @@ fn parse_flags() -> Flags {
         pace: 0,
         volumes: 0,
         reads: 0,
+        floor: false,
     };
     if quick {
         // A smaller dataset and shorter phases; flags still override these.
@@ -221,10 +228,11 @@ fn parse_flags() -> Flags {
                     _ => bad("tls|acl|dev"),
                 }
             }
-            "waiters-stale" | "durability" | "json" | "quick" | "h" | "help" => {
+            "waiters-stale" | "durability" | "floor" | "json" | "quick" | "h" | "help" => {
                 took = false;
                 match name {
                     "waiters-stale" => f.waiters_stale = true,
+                    "floor" => f.floor = true,
                     "durability" => f.durability = true,
                     "json" => f.json = true,
                     "quick" => {}
@@ -250,6 +258,10 @@ fn parse_flags() -> Flags {
 // ---------------------------------------------------------------------------------
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(floor::SERVE_ARG) {
+        floor::serve_main(&args[1..]);
+    }
     let f = parse_flags();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -358,6 +370,11 @@ async fn run(f: Flags) {
 
     // ---- writes ----
     writes::run_writes(&f, &mut out, &cluster.clients[li], &work, &pids).await;
+
+    // ---- floor ----
+    if f.floor && !f.clients.is_empty() {
+        floor::run_floor(&f, &mut out, &cluster, &work).await;
+    }
 
     // ---- reads ----
     if f.reads > 0 {

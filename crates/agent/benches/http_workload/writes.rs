@@ -159,6 +159,80 @@ async fn applied(leader: &Client) -> Option<(f64, f64)> {
     ))
 }
 
+/// What one window of writers measured.
+pub struct Window {
+    /// Latencies (ns) of the writes acknowledged inside the window.
+    pub samples: Vec<i64>,
+    pub errors: u64,
+    /// [`CpuMark::json`] over the window (`pids` and this process).
+    pub cpu: Value,
+    /// The leader's (entries, commands) at the window's start and end, when asked.
+    pub applied: Option<((f64, f64), (f64, f64))>,
+}
+
+/// `c` writers through `client` for `-warmup` then `-secs` (the window); the CPU
+/// of `pids` and of this process over the window; with `leader`, its applied
+/// counters at both ends. `p` seeds the writers (the row's position).
+pub async fn measure_window(
+    f: &Flags,
+    client: &Client,
+    work: &Arc<Work>,
+    c: usize,
+    p: usize,
+    pids: &[u32],
+    leader: Option<&Client>,
+) -> Window {
+    let stop = Arc::new(AtomicBool::new(false));
+    let window = Arc::new(Mutex::new(None));
+    let handles: Vec<_> = (0..c)
+        .map(|k| {
+            tokio::spawn(writer(
+                client.clone(),
+                work.clone(),
+                f.seed ^ (1000 * (p as u64 + 1) + k as u64),
+                stop.clone(),
+                window.clone(),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(f.warmup)).await;
+    let before = match leader {
+        Some(l) => applied(l).await,
+        None => None,
+    };
+    let cpu = CpuMark::new(pids);
+    let from = Instant::now();
+    let to = from + Duration::from_secs_f64(f.secs);
+    *window.lock() = Some((from, to));
+    tokio::time::sleep_until(to.into()).await;
+    let cpu = cpu.json(pids);
+    let after = match leader {
+        Some(l) => applied(l).await,
+        None => None,
+    };
+    stop.store(true, Ordering::Relaxed);
+    let mut samples = Vec::new();
+    let mut errors = 0;
+    for h in handles {
+        let (s, e) = h.await.expect("writer");
+        samples.extend(s);
+        errors += e;
+    }
+    Window {
+        samples,
+        errors,
+        cpu,
+        applied: before.zip(after),
+    }
+}
+
+/// The CPU one commit cost the machine: the cores of `pids` and of this process
+/// (the clients), all on the same cores, over the commits per second.
+pub fn cpu_us_per_commit(cpu: &Value, rate: f64) -> f64 {
+    let cores = num(cpu, "agents_cores") + num(cpu, "bench_cores");
+    if rate > 0.0 { cores * 1e6 / rate } else { 0.0 }
+}
+
 /// Runs the write phase for each `-clients` count, a row each in the table and in
 /// the JSON's `writes`.
 pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Work>, pids: &[u32]) {
@@ -187,49 +261,22 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
         ));
     }
     for (p, &c) in f.clients.iter().enumerate() {
-        let stop = Arc::new(AtomicBool::new(false));
-        let window = Arc::new(Mutex::new(None));
-        let handles: Vec<_> = (0..c)
-            .map(|k| {
-                tokio::spawn(writer(
-                    leader.clone(),
-                    work.clone(),
-                    f.seed ^ (1000 * (p as u64 + 1) + k as u64),
-                    stop.clone(),
-                    window.clone(),
-                ))
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_secs_f64(f.warmup)).await;
-        let before = applied(leader).await;
-        let cpu = CpuMark::new(pids);
-        let from = Instant::now();
-        let to = from + Duration::from_secs_f64(f.secs);
-        *window.lock() = Some((from, to));
-        tokio::time::sleep_until(to.into()).await;
-        let cpu_json = cpu.json(pids);
-        let after = applied(leader).await;
-        stop.store(true, Ordering::Relaxed);
-        let mut samples = Vec::new();
-        let mut errors = 0;
-        for h in handles {
-            let (s, e) = h.await.expect("writer");
-            samples.extend(s);
-            errors += e;
-        }
+        let Window {
+            mut samples,
+            errors,
+            cpu: cpu_json,
+            applied,
+        } = measure_window(f, leader, work, c, p, pids, Some(leader)).await;
         let n = samples.len();
         let lat = latency_json(&mut samples);
         let rate = (n as f64 / f.secs).round();
         // Commands per entry: how well the leader batched what arrived together (the
         // whole window's, refused no-ops left out).
-        let per_entry = match (before, after) {
-            (Some((e0, c0)), Some((e1, c1))) if e1 > e0 => (c1 - c0) / (e1 - e0),
+        let per_entry = match applied {
+            Some(((e0, c0), (e1, c1))) if e1 > e0 => (c1 - c0) / (e1 - e0),
             _ => 0.0,
         };
-        // What one commit cost the machine: the agents' CPU and this process's (the
-        // clients'), both on the same cores.
-        let cores = num(&cpu_json, "agents_cores") + num(&cpu_json, "bench_cores");
-        let cpu_us = if rate > 0.0 { cores * 1e6 / rate } else { 0.0 };
+        let cpu_us = cpu_us_per_commit(&cpu_json, rate);
         out.line(format!(
             "  {c:>7} {rate:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>6}  {:>15} {per_entry:>7.1} {cpu_us:>9.0}",
             num(&lat, "p50_ms"),
