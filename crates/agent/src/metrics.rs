@@ -1,6 +1,6 @@
 //! `GET /v1/metrics`: the agent's numbers in Prometheus text format
 //! (prometheus-client). Counters the agent keeps itself (applies, refusals, leader
-//! changes, an apply-latency histogram) live here; numbers owned elsewhere (the Raft
+//! changes, apply- and commit-latency histograms) live here; numbers owned elsewhere (the Raft
 //! log's fsyncs, the term, the applied index) are read when scraped.
 
 use std::path::Path;
@@ -24,6 +24,10 @@ pub struct Metrics {
     pub commands_refused: Counter,
     /// Seconds to apply one entry.
     pub apply_seconds: Histogram,
+    /// Seconds from a write's proposal (or forward) on this server to its commit and
+    /// apply here: the part of a write's latency spent in Raft and the store, not in
+    /// HTTP.
+    pub commit_seconds: Histogram,
     /// Leader changes this server saw.
     pub leader_changes: Counter,
     /// Snapshots installed from a leader.
@@ -71,6 +75,8 @@ impl Metrics {
             commands_refused: Counter::default(),
             // 10 µs … ~84 ms.
             apply_seconds: Histogram::new(exponential_buckets(1e-5, 2.0, 14)),
+            // 100 µs … ~3.3 s.
+            commit_seconds: Histogram::new(exponential_buckets(1e-4, 2.0, 16)),
             leader_changes: Counter::default(),
             snapshots_installed: Counter::default(),
             blocking_waiting: Gauge::default(),
@@ -115,6 +121,11 @@ impl Metrics {
             "apply_seconds",
             "Time to apply one log entry to the store",
             m.apply_seconds.clone(),
+        );
+        r.register(
+            "commit_seconds",
+            "Time from a write's proposal on this server to its commit and apply here",
+            m.commit_seconds.clone(),
         );
         r.register(
             "leader_changes",

@@ -149,14 +149,28 @@ async fn writer(
     (samples, errors)
 }
 
-/// The leader's (log entries applied, commands accepted) so far, from its metrics;
-/// `None` if they cannot be read.
-async fn applied(leader: &Client) -> Option<(f64, f64)> {
+/// The leader's counters a window is measured between, from its metrics.
+#[derive(Clone, Copy)]
+pub struct Applied {
+    /// Log entries applied.
+    entries: f64,
+    /// Commands accepted.
+    commands: f64,
+    /// Writes answered by its handlers, and their seconds from proposal to commit
+    /// and apply (`schedstate_commit_seconds`).
+    commits: f64,
+    commit_seconds: f64,
+}
+
+/// The leader's [`Applied`] so far; `None` if its metrics cannot be read.
+async fn applied(leader: &Client) -> Option<Applied> {
     let text = leader.metrics().await.ok()?;
-    Some((
-        gauge(&text, "schedstate_entries_applied_total")?,
-        gauge(&text, "schedstate_commands_accepted_total")?,
-    ))
+    Some(Applied {
+        entries: gauge(&text, "schedstate_entries_applied_total")?,
+        commands: gauge(&text, "schedstate_commands_accepted_total")?,
+        commits: gauge(&text, "schedstate_commit_seconds_count")?,
+        commit_seconds: gauge(&text, "schedstate_commit_seconds_sum")?,
+    })
 }
 
 /// What one window of writers measured.
@@ -166,8 +180,8 @@ pub struct Window {
     pub errors: u64,
     /// [`CpuMark::json`] over the window (`pids` and this process).
     pub cpu: Value,
-    /// The leader's (entries, commands) at the window's start and end, when asked.
-    pub applied: Option<((f64, f64), (f64, f64))>,
+    /// The leader's counters at the window's start and end, when asked.
+    pub applied: Option<(Applied, Applied)>,
 }
 
 /// `c` writers through `client` for `-warmup` then `-secs` (the window); the CPU
@@ -246,8 +260,12 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
                 "UpsertAllocs of 1 new allocation"
             }
         ));
+        out.line(
+            "  (in-agent ms: the leader's mean time from proposal to commit and apply, \
+             schedstate_commit_seconds; the rest of a write's latency is HTTP and the request path)",
+        );
         out.line(format!(
-            "  {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}  {:>15} {:>7} {:>9}",
+            "  {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>6}  {:>15} {:>7} {:>9} {:>11}",
             "clients",
             "commits/s",
             "p50 ms",
@@ -257,7 +275,8 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
             "errors",
             "cores a/b/f",
             "cmd/ent",
-            "cpu µs/c"
+            "cpu µs/c",
+            "in-agent ms"
         ));
     }
     for (p, &c) in f.clients.iter().enumerate() {
@@ -273,12 +292,20 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
         // Commands per entry: how well the leader batched what arrived together (the
         // whole window's, refused no-ops left out).
         let per_entry = match applied {
-            Some(((e0, c0), (e1, c1))) if e1 > e0 => (c1 - c0) / (e1 - e0),
+            Some((a, b)) if b.entries > a.entries => {
+                (b.commands - a.commands) / (b.entries - a.entries)
+            }
+            _ => 0.0,
+        };
+        let in_agent_ms = match applied {
+            Some((a, b)) if b.commits > a.commits => {
+                (b.commit_seconds - a.commit_seconds) * 1e3 / (b.commits - a.commits)
+            }
             _ => 0.0,
         };
         let cpu_us = cpu_us_per_commit(&cpu_json, rate);
         out.line(format!(
-            "  {c:>7} {rate:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>6}  {:>15} {per_entry:>7.1} {cpu_us:>9.0}",
+            "  {c:>7} {rate:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>6}  {:>15} {per_entry:>7.1} {cpu_us:>9.0} {in_agent_ms:>11.3}",
             num(&lat, "p50_ms"),
             num(&lat, "p90_ms"),
             num(&lat, "p99_ms"),
@@ -293,6 +320,7 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
             "errors": errors,
             "cpu": cpu_json,
             "commands_per_entry": per_entry,
+            "in_agent_mean_ms": in_agent_ms,
             "cpu_us_per_commit": cpu_us.round(),
         }));
     }

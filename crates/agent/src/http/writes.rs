@@ -106,6 +106,7 @@ pub(crate) async fn commit(
     let write_key = key
         .next_key(&command)
         .or_else(|| (!st.server.is_leader()).then(|| IdempotencyKey::internal(&command))?);
+    let proposing = std::time::Instant::now();
     let proposed = tokio::time::timeout(
         COMMIT_WAIT,
         st.server.propose_or_forward_keyed(command, write_key),
@@ -134,6 +135,9 @@ pub(crate) async fn commit(
             {
                 tracing::warn!(index = committed.index, error = %e, "committed but not yet applied here");
             }
+            st.metrics
+                .commit_seconds
+                .observe(proposing.elapsed().as_secs_f64());
             Ok(committed.index)
         }
         Err(e) => {

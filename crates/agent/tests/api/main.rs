@@ -432,6 +432,7 @@ async fn three_agents_forward_writes_and_read_consistently_on_a_follower() {
     for name in [
         "schedstate_entries_applied_total",
         "schedstate_apply_seconds_bucket",
+        "schedstate_commit_seconds_bucket",
         "schedstate_raft_log_fsyncs_total",
         "schedstate_raft_log_bytes",
         "schedstate_blocking_queries_waiting",
