@@ -1,7 +1,7 @@
 //! `GET /v1/metrics`: the agent's numbers in Prometheus text format
 //! (prometheus-client). Counters the agent keeps itself (applies, refusals, leader
-//! changes, apply- and commit-latency histograms) live here; numbers owned elsewhere (the Raft
-//! log's fsyncs, the term, the applied index) are read when scraped.
+//! changes, apply- and commit-latency histograms) live here; numbers owned elsewhere
+//! (the Raft log's fsyncs, the term, the applied index) are read when scraped.
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
