@@ -31,9 +31,9 @@ use tokio::net::TcpListener;
 
 use crate::Flags;
 use crate::cluster::Cluster;
-use crate::report::{Out, latency_json, num};
+use crate::report::{Out, num};
 use crate::system::cpu_cell;
-use crate::writes::{Window, Work, cpu_us_per_commit, measure_window};
+use crate::writes::{Rates, Window, Work, measure_window};
 
 /// The first argument that makes this binary the floor's server.
 pub const SERVE_ARG: &str = "--floor-server";
@@ -175,16 +175,14 @@ pub async fn run_floor(f: &Flags, out: &mut Out, cluster: &Cluster, work: &Arc<W
     ));
     let mut rows = Vec::new();
     for (p, &c) in f.clients.iter().enumerate() {
-        let Window {
-            mut samples,
-            errors,
-            cpu,
-            ..
-        } = measure_window(f, &client, work, c, p, &pid, None).await;
-        let n = samples.len();
-        let lat = latency_json(&mut samples);
-        let rate = (n as f64 / f.secs).round();
-        let cpu_us = cpu_us_per_commit(&cpu, rate);
+        let mut window = measure_window(f, &client, work, c, p, &pid, None).await;
+        let Rates {
+            n,
+            lat,
+            rate,
+            cpu_us,
+        } = window.rates(f.secs);
+        let Window { errors, cpu, .. } = window;
         out.line(format!(
             "  {c:>7} {rate:>9} {:>8.3} {:>8.3} {:>8.3} {errors:>6}  {:>15} {cpu_us:>9.0}",
             num(&lat, "p50_ms"),

@@ -184,6 +184,31 @@ pub struct Window {
     pub applied: Option<(Applied, Applied)>,
 }
 
+/// What a [`Window`] comes to: the writes acknowledged in it, their latency, the
+/// rate and the CPU per write — derived alike for every phase that compares them.
+pub struct Rates {
+    pub n: usize,
+    pub lat: Value,
+    pub rate: f64,
+    pub cpu_us: f64,
+}
+
+impl Window {
+    /// The window's [`Rates`] over its `secs`.
+    pub fn rates(&mut self, secs: f64) -> Rates {
+        let n = self.samples.len();
+        let lat = latency_json(&mut self.samples);
+        let rate = (n as f64 / secs).round();
+        let cpu_us = cpu_us_per_commit(&self.cpu, rate);
+        Rates {
+            n,
+            lat,
+            rate,
+            cpu_us,
+        }
+    }
+}
+
 /// `c` writers through `client` for `-warmup` then `-secs` (the window); the CPU
 /// of `pids` and of this process over the window; with `leader`, its applied
 /// counters at both ends. `p` seeds the writers (the row's position).
@@ -280,15 +305,19 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
         ));
     }
     for (p, &c) in f.clients.iter().enumerate() {
+        let mut window = measure_window(f, leader, work, c, p, pids, Some(leader)).await;
+        let Rates {
+            n,
+            lat,
+            rate,
+            cpu_us,
+        } = window.rates(f.secs);
         let Window {
-            mut samples,
             errors,
             cpu: cpu_json,
             applied,
-        } = measure_window(f, leader, work, c, p, pids, Some(leader)).await;
-        let n = samples.len();
-        let lat = latency_json(&mut samples);
-        let rate = (n as f64 / f.secs).round();
+            ..
+        } = window;
         // Commands per entry: how well the leader batched what arrived together (the
         // whole window's, refused no-ops left out).
         let per_entry = match applied {
@@ -303,7 +332,6 @@ pub async fn run_writes(f: &Flags, out: &mut Out, leader: &Client, work: &Arc<Wo
             }
             _ => 0.0,
         };
-        let cpu_us = cpu_us_per_commit(&cpu_json, rate);
         out.line(format!(
             "  {c:>7} {rate:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {errors:>6}  {:>15} {per_entry:>7.1} {cpu_us:>9.0} {in_agent_ms:>11.3}",
             num(&lat, "p50_ms"),
