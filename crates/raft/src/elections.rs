@@ -92,8 +92,9 @@ impl Elections {
     /// A leader was heard from (or a vote granted, or this server's vote changed):
     /// the timer starts again, and a leader it names is one again.
     pub(crate) fn heard(&self) {
-        *self.last_heard.lock() = Instant::now();
-        self.restart();
+        let now = Instant::now();
+        *self.last_heard.lock() = now;
+        *self.timer_from.lock() = now;
         self.lost.send_if_modified(|l| std::mem::replace(l, false));
     }
 
