@@ -124,10 +124,9 @@ impl Shared {
         result
     }
 
-    /// Writes the committed pointer if it moved. Called from the flusher thread, from
-    /// appends and `save_committed` on Raft's task, and from `close` or the last
-    /// handle's drop: `committed` stays locked through the write, so a pointer
-    /// computed earlier is never written over a newer one.
+    /// Writes the committed pointer if it moved. Called from the flusher thread, and
+    /// from `close` or the last handle's drop: `committed` stays locked through the
+    /// write, so a pointer computed earlier is never written over a newer one.
     pub(super) fn record_committed(&self) {
         let committed = self.committed.lock();
         if let Some(id) = committed.durable_committed() {

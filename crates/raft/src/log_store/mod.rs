@@ -2,10 +2,13 @@
 //! framing. It is the only log a replicated server writes: the state machine's
 //! durable record is this log plus its snapshots.
 //!
-//! - **append** writes the records, then fsyncs them on the calling task (on a
-//!   multi-threaded runtime; see [`fsync_on_this_thread`]) or hands the fsync to a
-//!   flusher thread, which fsyncs once for everything appended since its last fsync;
-//!   either way openraft is told the entries are durable only after the fsync.
+//! - **append** writes the records (no fsync) and hands the flush to a flusher thread,
+//!   which fsyncs once for everything appended since its last fsync and only then
+//!   tells openraft the entries are durable. (openraft 0.9's core awaits each
+//!   append's fsync before its next command, so an fsync on Raft's own task would
+//!   save the two thread wake-ups per entry: 20 % more one-client commits in
+//!   `raft_workload`, but a worker held for every fsync, and failovers there of up to
+//!   1.4 s instead of 0.44 s. Measured and not kept; see BENCHMARKS.md.)
 //! - **truncate** (a conflicting suffix) waits for pending flushes, removes later
 //!   segments, cuts the segment holding the first removed entry at its offset, fsyncs.
 //!   A crash in between leaves a prefix of the old log, which Raft tolerates (the
@@ -16,11 +19,11 @@
 //! - the **vote** lives in the metadata file, written atomically and fsynced before
 //!   `save_vote` returns.
 //! - the **committed** log id openraft reports (`save_committed`) is written by the
-//!   log to its own small file (`committed.rs`), clamped to what the log has made
-//!   durable: at once where appends fsync on the calling task, else by the flusher
-//!   thread after its next fsync or once the log has been quiet for 20 ms; a restart
-//!   reads it back (`read_committed`) and openraft re-applies the committed entries
-//!   after the snapshot before the server serves, with or without a leader.
+//!   flusher thread to its own small file (`committed.rs`), clamped to what the log
+//!   has made durable, after its next fsync or once the log has been quiet for
+//!   20 ms; a restart reads it back (`read_committed`) and openraft re-applies the
+//!   committed entries after the snapshot before the server serves, with or without
+//!   a leader.
 //!
 //! The newest entries are also kept in memory, up to a budget of record bytes
 //! ([`LogOptions::cache_bytes`]): replication and apply read recent entries without
@@ -388,20 +391,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.shared.log.lock().meta.vote())
     }
 
-    /// Remembers the committed log id and, where appends fsync on the calling thread
-    /// (`fsync_on_this_thread`), writes the pointer at once (a 36-byte write, no
-    /// fsync); elsewhere the flusher thread writes it after its next fsync, or when the
-    /// log has gone quiet (`flusher.rs`). Never waits for the disk, and wakes no
-    /// thread.
+    /// Remembers the committed log id; the flusher thread writes it out after its next
+    /// fsync, or when the log has gone quiet (`flusher.rs`). Never waits for the
+    /// disk, and wakes no thread.
     async fn save_committed(
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
         if let Some(committed) = committed {
             self.shared.committed.lock().reported = Some(committed);
-            if fsync_on_this_thread() {
-                self.shared.record_committed();
-            }
         }
         Ok(())
     }
@@ -423,10 +421,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         self.append_records(entries)?;
-        if fsync_on_this_thread() {
-            callback.log_io_completed(self.shared.sync_appended());
-            return Ok(());
-        }
         let sender = self.shared.flusher.lock().clone();
         match sender {
             Some(tx) => {
@@ -546,25 +540,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         Ok(())
     }
-}
-
-/// Whether an append fsyncs on the calling task rather than on the flusher thread:
-/// on a multi-threaded runtime with two workers or more.
-///
-/// openraft 0.9's core awaits each append's fsync before it runs its next command
-/// (`RaftCore::append_to_log`), so handing the fsync to another thread lets the core
-/// do nothing meanwhile; it only costs two thread wake-ups per entry (to the flusher,
-/// and back to the core), on the path of every commit, on every server. Done here,
-/// the fsync holds one worker and the others run every other task (requests,
-/// replication streams, the state machine). On a runtime with one worker (a
-/// current-thread runtime: the cluster demo, most tests) it would stop every task of
-/// the process for each fsync, and three servers there would fsync one after
-/// another: the flusher thread keeps them apart.
-fn fsync_on_this_thread() -> bool {
-    tokio::runtime::Handle::try_current().is_ok_and(|h| {
-        h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
-            && h.metrics().num_workers() >= 2
-    })
 }
 
 impl Drop for LogStore {

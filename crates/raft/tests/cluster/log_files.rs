@@ -214,27 +214,6 @@ async fn a_commit_reported_after_the_last_fsync_reaches_the_pointer_once_the_log
     assert_eq!(pointer_index(dir.path()), Some(11));
 }
 
-/// On a multi-threaded runtime an append fsyncs on the calling task, and the pointer
-/// is written as soon as a durable entry is reported committed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn where_appends_fsync_on_the_task_the_pointer_is_written_at_once_and_clamped() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
-    log.blocking_append((0..10).map(entry)).await.unwrap();
-    assert_eq!(log.stats().fsyncs, 1);
-    log.save_committed(Some(id(9))).await.unwrap();
-    assert_eq!(pointer_index(dir.path()), Some(9));
-    // Reported past what is durable: clamped to the last durable entry.
-    log.save_committed(Some(id(40))).await.unwrap();
-    assert_eq!(pointer_index(dir.path()), Some(9));
-    log.blocking_append([entry(10)]).await.unwrap();
-    assert_eq!(pointer_index(dir.path()), Some(10));
-    drop(log);
-    let (mut log, _) = LogStore::open(dir.path(), options()).unwrap();
-    assert_eq!(log.read_committed().await.unwrap(), Some(id(10)));
-    assert_eq!(log.try_get_log_entries(0..11).await.unwrap().len(), 11);
-}
-
 #[tokio::test]
 async fn a_pointer_behind_the_purge_point_is_left_to_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
