@@ -21,11 +21,15 @@
 //!   or a later one outranks (openraft orders a term's candidates by id), sends
 //!   nothing, and its followers' timers run out and elect a leader among those that
 //!   still hear each other. This costs the stepped-down server one term, and only it.
+//!   Raft's answers wait for the followers' disks, so a leader whose answers are
+//!   half a lease old asks the followers directly whether they still follow it
+//!   ([`crate::quorum_probe`]); a majority's yes counts as an answer.
 //!
 //! "Heard from a leader" is [`Elections::heard`], called by
-//! [`answer_rpc`](crate::wire::answer_rpc) for every AppendEntries or snapshot chunk
-//! a leader's vote got accepted with and every vote granted — what resets openraft's
-//! own timer and lease — and while this server leads.
+//! [`answer_rpc`](crate::wire::answer_rpc) for every AppendEntries from a leader this
+//! server follows, as it arrives, and again once Raft accepted it; every snapshot
+//! chunk a leader's vote got accepted with and every vote granted — what resets
+//! openraft's own timer and lease — and while this server leads.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -39,6 +43,7 @@ use parking_lot::Mutex;
 use crate::log_store::LogStore;
 use crate::network::ErasedNetwork;
 use crate::pre_vote::{PreVoteRequest, ask_voters};
+use crate::quorum_probe::QuorumProbe;
 use crate::{NodeId, TypeConfig};
 
 /// The candidate a leader votes for to step down: no server has id 0 (the agent
@@ -189,6 +194,7 @@ pub(crate) fn spawn(
         let mut timeout = elections.next_timeout();
         let mut leading_since: Option<Instant> = None;
         let mut last_vote: Option<Vote<NodeId>> = None;
+        let mut probe = QuorumProbe::default();
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -204,14 +210,29 @@ pub(crate) fn spawn(
             if seen.state == ServerState::Leader {
                 elections.heard();
                 let since = *leading_since.get_or_insert_with(Instant::now);
-                let unanswered = seen
+                let acked = seen
                     .quorum_ms
                     .map_or_else(|| since.elapsed(), Duration::from_millis);
+                // Raft's answers wait for the followers' disks; past half a lease
+                // without them, the followers are asked directly (`quorum_probe.rs`).
+                let lease = elections.quorum_timeout();
+                if !seen.alone && acked > lease / 2 {
+                    let (configs, addresses) = voters(&raft);
+                    let request = PreVoteRequest {
+                        candidate: id,
+                        term: seen.term + 1,
+                        last_log_id: log.last_log_id(),
+                    };
+                    probe.send(&network, configs, addresses, request, lease / 4, lease / 2);
+                }
+                let unanswered = probe
+                    .confirmed_ago(seen.term)
+                    .map_or(acked, |probed| probed.min(acked));
                 // A new leader's first rounds (its blank entry, followers found where
                 // their logs match) are given an election timeout more: at a
                 // cluster's start, leaders stepped down before the first answers.
-                let settled = since.elapsed() > elections.quorum_timeout() + elections.timeout_max;
-                if !seen.alone && settled && unanswered > elections.quorum_timeout() {
+                let settled = since.elapsed() > lease + elections.timeout_max;
+                if !seen.alone && settled && unanswered > lease {
                     step_down(&raft, &log, id, seen.term, unanswered).await;
                 }
                 continue;

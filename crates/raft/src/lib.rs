@@ -89,6 +89,7 @@ mod membership;
 mod network;
 mod observe;
 pub mod pre_vote;
+mod quorum_probe;
 mod read_barrier;
 mod read_index;
 mod restore;

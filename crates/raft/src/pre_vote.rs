@@ -106,6 +106,21 @@ pub(crate) async fn ask_voters(
     request: PreVoteRequest,
     within: Duration,
 ) -> bool {
+    let granted = |answer: &PreVoteAnswer| matches!(answer, PreVoteAnswer::Granted);
+    ask_voters_counting(network, id, configs, addresses, request, within, granted).await
+}
+
+/// As [`ask_voters`], counting the answers `yes` accepts (and this server) as yes:
+/// whether a majority of each configuration said yes within `within`.
+pub(crate) async fn ask_voters_counting(
+    network: &Arc<dyn ErasedNetwork>,
+    id: NodeId,
+    configs: &[BTreeSet<NodeId>],
+    addresses: &[(NodeId, String)],
+    request: PreVoteRequest,
+    within: Duration,
+    yes: impl Fn(&PreVoteAnswer) -> bool,
+) -> bool {
     let mut granted: BTreeSet<NodeId> = BTreeSet::new();
     let mut refused: BTreeSet<NodeId> = BTreeSet::new();
     granted.insert(id);
@@ -138,7 +153,7 @@ pub(crate) async fn ask_voters(
             Ok(None) | Err(_) => return false,
         };
         match answer {
-            Ok(PreVoteAnswer::Granted) => {
+            Ok(answer) if yes(&answer) => {
                 granted.insert(target);
             }
             Ok(refusal) => {

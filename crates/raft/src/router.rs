@@ -42,6 +42,7 @@ struct RouterState {
     cut: HashSet<(NodeId, NodeId)>,
     delay: Duration,
     drop_percent: u8,
+    append_answer_delay: Duration,
 }
 
 impl Router {
@@ -114,6 +115,13 @@ impl Router {
         self.state.lock().delay = delay;
     }
 
+    /// Holds every AppendEntries answer back by `delay` after the receiver's Raft gave
+    /// it, while every other RPC is answered at once: servers whose disks are slow
+    /// (Raft answers only once the append ahead is durable) but which are up.
+    pub fn set_append_answer_delay(&self, delay: Duration) {
+        self.state.lock().append_answer_delay = delay;
+    }
+
     /// Drops `percent` % of messages (each request and each answer on its own).
     pub fn set_drop_percent(&self, percent: u8) {
         self.state.lock().drop_percent = percent.min(100);
@@ -181,7 +189,12 @@ impl Network for RouterNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
         let server = self.router.route(self.from, target).await?;
-        match answer_or_refuse(&server, RpcRequest::AppendEntries(rpc)).await {
+        let answer = answer_or_refuse(&server, RpcRequest::AppendEntries(rpc)).await;
+        let held = self.router.state.lock().append_answer_delay;
+        if !held.is_zero() {
+            tokio::time::sleep(held).await;
+        }
+        match answer {
             RpcAnswer::AppendEntries(answer) => self.router.answer(self.from, target, answer),
             other => Err(unexpected(target, other)),
         }

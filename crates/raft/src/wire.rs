@@ -314,6 +314,14 @@ pub async fn answer_rpc(server: &Server, request: RpcRequest) -> Result<RpcAnswe
     Ok(match request {
         RpcRequest::AppendEntries(rpc) => {
             inbound::check_append(&view, &rpc).inspect_err(warn_if_log_reverted)?;
+            // From a leader this server follows (its vote at least this server's):
+            // heard as it arrives. Raft answers it only once the append ahead of it
+            // is durable, which a slow disk held past the lease (`quorum_probe.rs`):
+            // the timer would then run out, and pre-votes be told no leader is
+            // alive, while the leader was.
+            if rpc.vote >= view.vote {
+                server.elections().heard();
+            }
             let answer = server.raft().append_entries(rpc).await;
             // Taken from a leader (a conflict too: the leader's vote was accepted).
             if matches!(&answer, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {

@@ -1,6 +1,7 @@
 //! PreVote and CheckQuorum on the router: a follower cut off (both ways, or deaf)
 //! comes back without changing anyone's term; a leader cut off, mute or deaf is
-//! replaced within a second, and one that hears no quorum steps down.
+//! replaced within a second, and one that hears no quorum steps down; one whose
+//! followers' Raft answers late (slow disks) but who still follow it keeps leading.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -160,4 +161,33 @@ async fn a_mute_leader_is_replaced_within_a_second() {
     .await;
     eprintln!("mute leader: new leader after {took:?}");
     assert!(took <= FAILOVER, "failover took {took:?}");
+}
+
+/// Followers whose Raft answers come late — as a slow disk makes them: it answers an
+/// AppendEntries only once the append ahead of it is durable — but which still
+/// follow the leader: the leader asks them directly (`quorum_probe.rs`) and keeps
+/// leading, and no term moves. Before, it stepped down once Raft's answers were a
+/// lease (200 ms) old: an election for every disk stall that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_followers_answer_raft_late_keeps_leading() {
+    let (cluster, leader, _followers, stop, handles) = loaded_cluster().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = terms(&cluster);
+    cluster
+        .router
+        .set_append_answer_delay(Duration::from_millis(400));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        terms(&cluster),
+        before,
+        "a term moved while answers were late"
+    );
+    assert!(
+        cluster.server(leader).is_leader(),
+        "the leader stepped down"
+    );
+    cluster.router.set_append_answer_delay(Duration::ZERO);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(terms(&cluster), before, "a term moved after");
+    finish(cluster, stop, handles).await;
 }
