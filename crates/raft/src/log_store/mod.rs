@@ -6,9 +6,10 @@
 //!   which fsyncs once for everything appended since its last fsync and only then
 //!   tells openraft the entries are durable. (openraft 0.9's core awaits each
 //!   append's fsync before its next command, so an fsync on Raft's own task would
-//!   save the two thread wake-ups per entry: 20 % more one-client commits in
-//!   `raft_workload`, but a worker held for every fsync, and failovers there of up to
-//!   1.4 s instead of 0.44 s. Measured and not kept; see BENCHMARKS.md.)
+//!   save the two thread wake-ups per entry: 12–20 % more one-client commits in
+//!   `raft_workload`, nothing at 16 or 64 clients, but a runtime worker held through
+//!   every fsync, and fsyncs reached 300 ms on the test host. Measured twice and not
+//!   kept; see BENCHMARKS.md, seventh pass.)
 //! - **truncate** (a conflicting suffix) waits for pending flushes, removes later
 //!   segments, cuts the segment holding the first removed entry at its offset, fsyncs.
 //!   A crash in between leaves a prefix of the old log, which Raft tolerates (the
